@@ -1,0 +1,409 @@
+// SPEC §3: one layer of the reference model.
+#include "reference/engine.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "model/error.hpp"
+#include "reference/ops.hpp"
+
+namespace ced::ref {
+
+template <class T>
+Engine<T>::Engine(const Config& c, const Plan& p, const Weights<T>& w, Fault fault, bool poison, bool capture,
+                  FlopCount* flops)
+    : c_(c), p_(p), w_(w), fault_(fault), poison_(poison), capture_(capture), flops_(flops), eps_(T(c.rms_eps)) {
+  layers.resize(size_t(p.L));
+  sources.resize(size_t(p.L));
+  for (int64_t l = 0; l < p.L; ++l) {
+    layers[size_t(l)].local.cols = c.head_dim;
+    layers[size_t(l)].capture.layer = l;
+    layers[size_t(l)].capture.has_topk = p[l].ratio > 0;
+    sources[size_t(l)].entries.cols = c.head_dim;
+    sources[size_t(l)].index_keys.cols = c.index_head_dim;
+  }
+}
+
+template <class T>
+void Engine<T>::count(int64_t l, int kind, int64_t flops) {
+  if (flops_) flops_->add(l, kind, flops);
+}
+
+template <class T>
+Mat<T> Engine<T>::normalised_input(int64_t l, const Mat<T>& X) const {
+  return rmsnorm_rows(X, w_.layers[size_t(l)].attn_norm, eps_);
+}
+
+// SPEC §3.3 visibility, capped by what exists (a decode step has only the
+// entries completed so far).
+template <class T>
+int64_t Engine<T>::visible(int64_t p, int64_t r, int64_t n_entries) const {
+  const int64_t ahead = fault_ == Fault::CompressorBlockShifted ? 1 : 0;
+  return std::min(n_entries, n_visible(p + ahead, r));
+}
+
+// SPEC §3.3: the compressor of kv source l consumes the rows of positions
+// a.. that it has not consumed yet (a resume replay only reads, §6).
+template <class T>
+void Engine<T>::append_tokens(int64_t l, int64_t a, const Mat<T>& xhat) {
+  const auto& lw = w_.layers[size_t(l)];
+  auto& src = sources[size_t(l)];
+  const int64_t r = p_[l].ratio, hd = c_.head_dim, ihd = c_.index_head_dim;
+  const int64_t skip = std::max<int64_t>(0, src.n_tokens - a);
+  const int64_t n = xhat.rows() - skip;
+  if (n <= 0) return;
+  if (a + skip != src.n_tokens)
+    throw std::logic_error(fmt::format("layer {}: compressor gap at position {}", l, a + skip));
+  const Mat<T> rows = xhat.bottomRows(n);
+  const Mat<T> cw = matmul(rows, lw.comp_wkv);
+  Mat<T> zw;
+  if (r >= 2) zw = matmul(rows, lw.comp_wgate);
+  count(l, kFlopCompressor, 2 * n * c_.d_model * hd * (r >= 2 ? 2 : 1));
+  std::vector<T> lat(static_cast<size_t>(hd)), raw(static_cast<size_t>(hd)), ik(static_cast<size_t>(ihd)), ikraw(static_cast<size_t>(ihd));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = src.n_tokens;
+    bool complete = true;
+    if (r == 1) {
+      std::copy(cw.row(i).data(), cw.row(i).data() + hd, raw.begin());
+    } else {
+      src.pending_c.insert(src.pending_c.end(), cw.row(i).data(), cw.row(i).data() + hd);
+      src.pending_z.insert(src.pending_z.end(), zw.row(i).data(), zw.row(i).data() + hd);
+      complete = int64_t(src.pending_c.size()) == r * hd;
+      if (complete) compress_block(src.pending_c.data(), src.pending_z.data(), r, hd, raw.data());
+    }
+    src.n_tokens = t + 1;
+    if (!complete) continue;
+    const int64_t j = t / r, pos = j * r;
+    rmsnorm(raw.data(), lw.comp_norm.data(), hd, eps_, lat.data());
+    matmul_rows(lat.data(), 1, hd, lw.idx_wk.data(), ihd, ikraw.data());
+    rmsnorm(ikraw.data(), lw.idx_knorm.data(), ihd, eps_, ik.data());
+    rope(ik.data(), ihd, c_.rope_dim, c_.rope_theta, pos);
+    rope(lat.data(), hd, c_.rope_dim, c_.rope_theta, pos);
+    src.entries.append(j, lat.data());
+    src.index_keys.append(j, ik.data());
+    src.pending_c.clear();
+    src.pending_z.clear();
+    count(l, kFlopIndexKeys, 2 * hd * ihd);
+  }
+}
+
+template <class T>
+void Engine<T>::source_only_write(int64_t a, const Mat<T>& xhat_E) {
+  for (int64_t l : p_.decoder_kv_sources) append_tokens(l, a, xhat_E);
+}
+
+// SPEC §3.4: selections of the positions a.. at layer l.
+template <class T>
+void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q_lat) {
+  const LayerPlan& lp = p_[l];
+  auto& ls = layers[size_t(l)];
+  const int64_t n = xhat.rows();
+  const int64_t base = int64_t(ls.selection.size());
+  ls.selection.resize(size_t(base + n));
+  const bool reuse_fault = lp.role == Role::Reuse && fault_ == Fault::ReuseOwnSelection;
+  if (lp.role == Role::Reuse && !reuse_fault) {
+    const auto& src = layers[size_t(lp.idx_src)];
+    for (int64_t i = 0; i < n; ++i)
+      ls.selection[size_t(base + i)] = src.selection[size_t(a + i - src.local.first)];
+    return;
+  }
+  // Reindex, Full, or the reuse-own-selection fault (which borrows idx_src's indexer weights).
+  const auto& iw = w_.layers[size_t(reuse_fault ? lp.idx_src : l)];
+  const int64_t ih = c_.index_n_heads, ihd = c_.index_head_dim;
+  const Mat<T> iq_all = matmul(q_lat, iw.idx_wq);          // [n, ih*ihd]
+  const Mat<T> wraw = matmul(xhat, iw.idx_wweights);       // [n, ih]
+  const T wscale = T(1.0 / std::sqrt(double(ihd * ih)));
+  const auto& src = sources[size_t(lp.kv_src)];
+  const int64_t r = lp.ratio;
+  const bool tie_rev = fault_ == Fault::TieBreakReversed;
+  const bool in_pool = lp.selects_in_pool && !lp.candidate_source;
+  if (lp.candidate_source) ls.pool.resize(size_t(base + n));
+  const LayerState<T>* cand = p_.candidate_source >= 0 ? &layers[size_t(p_.candidate_source)] : nullptr;
+  std::vector<int64_t> n_scored(static_cast<size_t>(n));
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = a + i;
+    std::vector<T> iq(iq_all.row(i).data(), iq_all.row(i).data() + ih * ihd);
+    for (int64_t h = 0; h < ih; ++h) rope(iq.data() + h * ihd, ihd, c_.rope_dim, c_.rope_theta, p);
+    std::vector<T> w(static_cast<size_t>(ih));
+    for (int64_t h = 0; h < ih; ++h) w[size_t(h)] = wraw(i, h) * wscale;
+    const int64_t nv = visible(p, r, src.entries.count());
+    std::vector<int64_t> ids;
+    if (in_pool) {
+      const auto& pool = cand->pool[size_t(p - cand->local.first)];
+      const int64_t bs = c_.candidate_block_size;
+      for (int64_t b : pool)
+        for (int64_t j = b * bs; j < std::min(nv, (b + 1) * bs); ++j) ids.push_back(j);
+    } else {
+      ids.resize(size_t(nv));
+      for (int64_t j = 0; j < nv; ++j) ids[size_t(j)] = j;
+    }
+    std::vector<T> scores(ids.size());
+    for (size_t e = 0; e < ids.size(); ++e)
+      scores[e] = index_score(iq.data(), w.data(), src.index_keys.row(ids[e]), ih, ihd);
+    n_scored[size_t(i)] = int64_t(ids.size());
+    if (lp.candidate_source) {
+      auto pool = candidate_pool(scores, nv, c_.candidate_block_size, c_.candidate_topk_blocks,
+                                 fault_ != Fault::PoolPinDropped, tie_rev);
+      const int64_t bs = c_.candidate_block_size;
+      std::vector<int64_t> pids;
+      std::vector<T> pscores;
+      for (int64_t b : pool)
+        for (int64_t j = b * bs; j < std::min(nv, (b + 1) * bs); ++j) {
+          pids.push_back(j);
+          pscores.push_back(scores[size_t(j)]);
+        }
+      ls.selection[size_t(base + i)] = topk(pids, pscores, c_.index_topk, tie_rev);
+      ls.pool[size_t(base + i)] = std::move(pool);
+    } else {
+      ls.selection[size_t(base + i)] = topk(ids, scores, c_.index_topk, tie_rev);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    count(l, kFlopIndexerQW, 2 * (c_.q_lora_rank * ih * ihd + c_.d_model * ih));
+    count(l, kFlopIndexScoring, 2 * ih * ihd * n_scored[size_t(i)]);
+  }
+}
+
+// SPEC §3.5: attention of the positions a.. over the local window and the
+// selected global entries, with the sink; heads_out [n, H*hd].
+template <class T>
+void Engine<T>::attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out) {
+  const LayerPlan& lp = p_[l];
+  auto& ls = layers[size_t(l)];
+  const auto& lw = w_.layers[size_t(l)];
+  const int64_t n = q.rows(), H = c_.n_heads, hd = c_.head_dim, W = c_.window;
+  const T scale = T(1.0 / std::sqrt(double(hd)));
+  const int64_t span = fault_ == Fault::WindowOffByOne ? W : W - 1;
+  const SourceState<T>* src = lp.ratio > 0 ? &sources[size_t(lp.kv_src)] : nullptr;
+  heads_out.resize(n, H * hd);
+  std::vector<int64_t> n_entries(static_cast<size_t>(n));
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t p = a + i;
+    const int64_t lo_full = std::max<int64_t>(0, p - span);
+    const int64_t lo = std::max(ls.local.first, lo_full);  // SPEC §4/§5: lo(p)
+    const std::vector<int64_t>* sel = src ? &ls.selection[size_t(p - ls.local.first)] : nullptr;
+    const int64_t n_sel = sel ? int64_t(sel->size()) : 0;
+    n_entries[size_t(i)] = (p - lo + 1) + n_sel;
+    T* out = heads_out.row(i).data();
+    if (poison_ && lo > lo_full) {
+      // The truncated entries enter as NaN: every logit sum, hence every
+      // head's output, is NaN. Same result as carrying the NaN entries through.
+      std::fill(out, out + H * hd, std::numeric_limits<T>::quiet_NaN());
+      continue;
+    }
+    std::vector<T> wts(static_cast<size_t>(n_entries[size_t(i)]));
+    for (int64_t h = 0; h < H; ++h) {
+      const T* qh = q.row(i).data() + h * hd;
+      size_t e = 0;
+      for (int64_t j = lo; j <= p; ++j) wts[e++] = dot(qh, ls.local.row(j), hd) * scale;
+      for (int64_t k = 0; k < n_sel; ++k) wts[e++] = dot(qh, src->entries.row((*sel)[size_t(k)]), hd) * scale;
+      softmax_with_sink(wts, lw.attn_sink[h], fault_ != Fault::SinkDropped);
+      T* o = out + h * hd;
+      std::fill(o, o + hd, T(0));
+      e = 0;
+      for (int64_t j = lo; j <= p; ++j, ++e) {
+        const T* v = ls.local.row(j);
+        for (int64_t x = 0; x < hd; ++x) o[x] += wts[e] * v[x];
+      }
+      for (int64_t k = 0; k < n_sel; ++k, ++e) {
+        const T* v = src->entries.row((*sel)[size_t(k)]);
+        for (int64_t x = 0; x < hd; ++x) o[x] += wts[e] * v[x];
+      }
+      if (fault_ != Fault::RopeInverseSkipped) rope(o, hd, c_.rope_dim, c_.rope_theta, p, -1);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) count(l, kFlopAttention, 2 * 2 * H * hd * n_entries[size_t(i)]);
+}
+
+// SPEC §3.7.
+template <class T>
+void Engine<T>::ffn(int64_t l, Mat<T>& X) {
+  const auto& lw = w_.layers[size_t(l)];
+  const int64_t n = X.rows(), d = c_.d_model, m = c_.moe_dim;
+  const Mat<T> f = rmsnorm_rows(X, lw.ffn_norm, eps_);
+  Mat<T> out = Mat<T>::Zero(n, d);
+  // weight_e of each row for each expert (0 = not chosen)
+  const int64_t ne = c_.n_routed_experts;
+  Mat<T> gate = Mat<T>::Zero(n, std::max<int64_t>(ne, 1));
+  std::vector<char> chosen(static_cast<size_t>(n * std::max<int64_t>(ne, 1)), 0);
+  if (ne > 0) {
+    const Mat<T> logits = matmul(f, lw.router);
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<T> s(static_cast<size_t>(ne));
+      for (int64_t e = 0; e < ne; ++e) s[size_t(e)] = router_score(logits(i, e));
+      const auto pick = route(s.data(), lw.router_bias.data(), ne, c_.n_active_experts);
+      T sum = 0;
+      for (int64_t e : pick) sum += s[size_t(e)];
+      for (int64_t e : pick) {
+        gate(i, e) = (s[size_t(e)] / sum) * T(c_.routed_scaling_factor);
+        chosen[size_t(i * ne + e)] = 1;
+      }
+    }
+    count(l, kFlopRouter, 2 * n * d * ne);
+  }
+  // SwiGLU of the given rows through one expert; rows are gathered so each
+  // expert runs one matmul, which leaves every row's arithmetic unchanged.
+  auto swiglu = [&](const ExpertWeights<T>& ex, const std::vector<int64_t>& rows) {
+    Mat<T> v(int64_t(rows.size()), d);
+    for (size_t r = 0; r < rows.size(); ++r) v.row(int64_t(r)) = f.row(rows[r]);
+    Mat<T> h1 = matmul(v, ex.w1), h3 = matmul(v, ex.w3);
+    for (int64_t i = 0; i < h1.size(); ++i) h1.data()[i] = silu(h1.data()[i]) * h3.data()[i];
+    return matmul(h1, ex.w2);
+  };
+  for (int64_t e = 0; e < ne; ++e) {
+    std::vector<int64_t> rows;
+    for (int64_t i = 0; i < n; ++i)
+      if (chosen[size_t(i * ne + e)]) rows.push_back(i);
+    if (rows.empty()) continue;
+    const Mat<T> y = swiglu(lw.experts[size_t(e)], rows);
+    for (size_t r = 0; r < rows.size(); ++r)
+      for (int64_t x = 0; x < d; ++x) out(rows[r], x) += gate(rows[r], e) * y(int64_t(r), x);
+  }
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) all[size_t(i)] = i;
+  for (const auto& ex : lw.shared) {
+    const Mat<T> y = swiglu(ex, all);
+    out += y;
+  }
+  const int64_t per_row = (ne > 0 ? c_.n_active_experts : 0) + c_.n_shared_experts;
+  count(l, kFlopExperts, 2 * 3 * n * d * m * per_row);
+  X += out;
+}
+
+template <class T>
+void Engine<T>::layer(int64_t l, int64_t a, Mat<T>& X, const Mat<T>* xhat_E) {
+  const LayerPlan& lp = p_[l];
+  auto& ls = layers[size_t(l)];
+  const auto& lw = w_.layers[size_t(l)];
+  const int64_t n = X.rows(), H = c_.n_heads, hd = c_.head_dim, d = c_.d_model;
+  if (ls.local.first >= 0 && a != ls.local.end())
+    throw std::logic_error(fmt::format("layer {}: positions must continue at {} (got {})", l, ls.local.end(), a));
+  const Mat<T> xhat = normalised_input(l, X);
+  if (lp.role == Role::Full) append_tokens(l, a, lp.reads_xhat_E ? *xhat_E : xhat);
+  // 1. query
+  const Mat<T> q_lat = rmsnorm_rows(matmul(xhat, lw.wq_a), lw.q_norm, eps_);
+  Mat<T> q = matmul(q_lat, lw.wq_b);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < H; ++h) rope(q.row(i).data() + h * hd, hd, c_.rope_dim, c_.rope_theta, a + i);
+  count(l, kFlopQuery, 2 * n * (d * c_.q_lora_rank + c_.q_lora_rank * H * hd));
+  // 2. local entries
+  Mat<T> k = rmsnorm_rows(matmul(xhat, lw.wkv), lw.kv_norm, eps_);
+  for (int64_t i = 0; i < n; ++i) {
+    rope(k.row(i).data(), hd, c_.rope_dim, c_.rope_theta, a + i);
+    ls.local.append(a + i, k.row(i).data());
+  }
+  count(l, kFlopLocalEntry, 2 * n * d * hd);
+  // 4. selection
+  if (lp.ratio > 0) select(l, a, xhat, q_lat);
+  // 5. attention
+  Mat<T> heads;
+  attend(l, a, q, heads);
+  // 6. grouped output projection
+  const int64_t G = c_.o_groups, per_group = (H / G) * hd, R = c_.o_lora_rank;
+  Mat<T> u(n, G * R);
+  for (int64_t g = 0; g < G; ++g) {
+    const Mat<T> slice = heads.middleCols(g * per_group, per_group);
+    u.middleCols(g * R, R) = matmul(slice, lw.wo_a[size_t(g)]);
+  }
+  X += matmul(u, lw.wo_b);
+  count(l, kFlopOutput, 2 * n * (H * hd * R + G * R * d));
+  // 7. FFN
+  ffn(l, X);
+  if (capture_) {
+    auto& cap = ls.capture;
+    const int64_t k_top = c_.index_topk;
+    const int64_t old = int64_t(cap.positions.size());
+    cap.out.conservativeResize(old + n, d);
+    for (int64_t i = 0; i < n; ++i) {
+      cap.positions.push_back(a + i);
+      for (int64_t x = 0; x < d; ++x) cap.out(old + i, x) = double(X(i, x));
+    }
+    if (cap.has_topk) {
+      cap.topk.conservativeResize(old + n, k_top);
+      for (int64_t i = 0; i < n; ++i) {
+        const auto& s = ls.selection[size_t(a + i - ls.local.first)];
+        for (int64_t x = 0; x < k_top; ++x) cap.topk(old + i, x) = x < int64_t(s.size()) ? s[size_t(x)] : -1;
+      }
+    }
+  }
+}
+
+template <class T>
+Mat<T> Engine<T>::logits(const Mat<T>& X) {
+  const Mat<T> f = rmsnorm_rows(X, w_.final_norm, eps_);
+  count(p_.L, kFlopLmHead, 2 * X.rows() * c_.d_model * c_.vocab_size);
+  return matmul(f, w_.lm_head);
+}
+
+template <class T>
+PersistedCache Engine<T>::export_cache(const std::string& dtype) const {
+  PersistedCache pc;
+  pc.dtype = dtype;
+  auto to_mat = [](const RowStore<T>& rs) {
+    MatD m(rs.count(), rs.cols);
+    for (int64_t i = 0; i < m.size(); ++i) m.data()[i] = double(rs.data[size_t(i)]);
+    return m;
+  };
+  auto to_rows = [&](const std::vector<T>& v) {
+    MatD m(int64_t(v.size()) / c_.head_dim, c_.head_dim);
+    for (int64_t i = 0; i < m.size(); ++i) m.data()[i] = double(v[size_t(i)]);
+    return m;
+  };
+  for (int64_t l : p_.kv_sources) {
+    const auto& s = sources[size_t(l)];
+    SourceCache sc;
+    sc.layer = l;
+    sc.ratio = p_[l].ratio;
+    sc.n_tokens = s.n_tokens;
+    sc.entries = to_mat(s.entries);
+    sc.index_keys = to_mat(s.index_keys);
+    sc.pending_c = to_rows(s.pending_c);
+    sc.pending_z = to_rows(s.pending_z);
+    pc.prefix_len = s.n_tokens;
+    pc.sources.push_back(std::move(sc));
+  }
+  return pc;
+}
+
+template <class T>
+void Engine<T>::import_cache(const PersistedCache& pc) {
+  for (const auto& sc : pc.sources) {
+    if (sc.layer < 0 || sc.layer >= p_.L || p_[sc.layer].role != Role::Full || p_[sc.layer].ratio != sc.ratio)
+      throw InputError(fmt::format("cache: layer {} is not a kv source of ratio {} in this config", sc.layer, sc.ratio));
+    if (sc.entries.cols() != c_.head_dim || sc.index_keys.cols() != c_.index_head_dim ||
+        sc.entries.rows() != sc.index_keys.rows() || sc.entries.rows() != sc.n_tokens / sc.ratio ||
+        sc.pending_c.rows() != sc.n_tokens % sc.ratio || sc.pending_z.rows() != sc.pending_c.rows())
+      throw InputError(fmt::format("cache: layer {}: shapes do not match the config and n_tokens = {}", sc.layer,
+                                   sc.n_tokens));
+    auto& s = sources[size_t(sc.layer)];
+    s = SourceState<T>{};
+    s.entries.cols = c_.head_dim;
+    s.index_keys.cols = c_.index_head_dim;
+    s.n_tokens = sc.n_tokens;
+    std::vector<T> row;
+    for (int64_t j = 0; j < sc.entries.rows(); ++j) {
+      row.assign(sc.entries.row(j).data(), sc.entries.row(j).data() + c_.head_dim);
+      for (int64_t x = 0; x < c_.head_dim; ++x) row[size_t(x)] = T(sc.entries(j, x));
+      s.entries.append(j, row.data());
+      row.resize(size_t(c_.index_head_dim));
+      for (int64_t x = 0; x < c_.index_head_dim; ++x) row[size_t(x)] = T(sc.index_keys(j, x));
+      s.index_keys.append(j, row.data());
+    }
+    for (int64_t i = 0; i < sc.pending_c.size(); ++i) {
+      s.pending_c.push_back(T(sc.pending_c.data()[i]));
+      s.pending_z.push_back(T(sc.pending_z.data()[i]));
+    }
+  }
+  if (int64_t(pc.sources.size()) != int64_t(p_.kv_sources.size()))
+    throw InputError(fmt::format("cache: {} kv sources, the config has {}", pc.sources.size(), p_.kv_sources.size()));
+}
+
+template class Engine<float>;
+template class Engine<double>;
+
+}  // namespace ced::ref

@@ -1,0 +1,214 @@
+#pragma once
+// SPEC §3, one function per step. Accumulation: every reduction runs in the
+// scalar type T, sequentially in the index order stated, with no FMA
+// contraction (-ffp-contract=off), so a result depends only on its own inputs:
+// batch invariance and thread invariance follow (SPEC §3, invariants).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "model/weights.hpp"
+
+namespace ced::ref {
+
+// Y[n, m] = X[n, k] W[k, m]. Each Y[i, j] = sum over k ascending of
+// X[i, k] * W[k, j], accumulated in T from 0. Rows are independent (OpenMP
+// over rows); the inner loop runs over j, so vectorising it keeps the order.
+template <class T>
+void matmul_rows(const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y) {
+  constexpr int64_t kTile = 4;  // rows sharing one pass over W; does not change any element's order
+#pragma omp parallel for schedule(static) if (n * k * m > (1 << 16))
+  for (int64_t i0 = 0; i0 < n; i0 += kTile) {
+    const int64_t i1 = std::min(n, i0 + kTile);
+    for (int64_t i = i0; i < i1; ++i) std::fill(Y + i * m, Y + (i + 1) * m, T(0));
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const T* w = W + kk * m;
+      for (int64_t i = i0; i < i1; ++i) {
+        const T a = X[i * k + kk];
+        T* y = Y + i * m;
+        for (int64_t j = 0; j < m; ++j) y[j] += a * w[j];
+      }
+    }
+  }
+}
+
+template <class T>
+Mat<T> matmul(const Mat<T>& X, const Mat<T>& W) {
+  Mat<T> Y(X.rows(), W.cols());
+  matmul_rows(X.data(), X.rows(), X.cols(), W.data(), W.cols(), Y.data());
+  return Y;
+}
+
+// Sequential dot product, ascending index.
+template <class T>
+T dot(const T* a, const T* b, int64_t n) {
+  T s = 0;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// SPEC §3: RMSNorm(v) ⊙ w = (v_i * (1 / sqrt(mean(v²) + eps))) * w_i.
+template <class T>
+void rmsnorm(const T* v, const T* w, int64_t n, T eps, T* out) {
+  T ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += v[i] * v[i];
+  const T inv = T(1) / std::sqrt(ss / T(n) + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = (v[i] * inv) * w[i];
+}
+
+template <class T>
+Mat<T> rmsnorm_rows(const Mat<T>& X, const Vec<T>& w, T eps) {
+  Mat<T> Y(X.rows(), X.cols());
+  for (int64_t i = 0; i < X.rows(); ++i) rmsnorm(X.row(i).data(), w.data(), X.cols(), eps, Y.row(i).data());
+  return Y;
+}
+
+// SPEC §3: RoPE rotates the pairs (v[o+2i], v[o+2i+1]) of the last rope_dim
+// dims by θ = pos · theta^(-2i/rope_dim); sign = -1 is the inverse. The angle,
+// its cosine and sine are computed in double for every scalar type, then
+// rounded to T; the rotation itself runs in T.
+template <class T>
+void rope(T* v, int64_t dim, int64_t rope_dim, double theta, int64_t pos, int sign = +1) {
+  const int64_t o = dim - rope_dim;
+  for (int64_t i = 0; i < rope_dim / 2; ++i) {
+    const double inv_freq = std::pow(theta, -2.0 * double(i) / double(rope_dim));
+    const double ang = double(sign) * double(pos) * inv_freq;
+    const T c = T(std::cos(ang)), s = T(std::sin(ang));
+    const T a = v[o + 2 * i], b = v[o + 2 * i + 1];
+    v[o + 2 * i] = a * c - b * s;
+    v[o + 2 * i + 1] = a * s + b * c;
+  }
+}
+
+// Scores compare as real numbers; a NaN (only under the poison probe) ranks
+// below everything so the order stays total.
+template <class T>
+T rank_key(T s) {
+  return std::isnan(s) ? -std::numeric_limits<T>::infinity() : s;
+}
+
+// SPEC §3.4: higher score first; equal scores -> larger id first.
+// `reversed_ties` is the tie-break-reversed fault.
+template <class T>
+bool ranks_before(T sa, int64_t a, T sb, int64_t b, bool reversed_ties = false) {
+  const T ka = rank_key(sa), kb = rank_key(sb);
+  if (ka != kb) return ka > kb;
+  return reversed_ties ? a < b : a > b;
+}
+
+// The k best of (ids, scores) in rank order.
+template <class T>
+std::vector<int64_t> topk(const std::vector<int64_t>& ids, const std::vector<T>& scores, int64_t k,
+                          bool reversed_ties = false) {
+  std::vector<int64_t> order(ids.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
+  const auto take = std::min<int64_t>(k, int64_t(order.size()));
+  std::partial_sort(order.begin(), order.begin() + take, order.end(), [&](int64_t x, int64_t y) {
+    return ranks_before(scores[size_t(x)], ids[size_t(x)], scores[size_t(y)], ids[size_t(y)], reversed_ties);
+  });
+  std::vector<int64_t> out(static_cast<size_t>(take));
+  for (int64_t i = 0; i < take; ++i) out[size_t(i)] = ids[size_t(order[size_t(i)])];
+  return out;
+}
+
+// SPEC §3.3 visibility: entry j (ratio r) is visible to query p iff
+// (j+1)r - 1 <= p, so the visible entries are 0 .. floor((p+1)/r) - 1.
+inline int64_t n_visible(int64_t p, int64_t r) { return (p + 1) / r; }
+
+// SPEC §3.4 candidate pool: the block holding the newest visible entry first,
+// then the best other blocks by block score (max of its visible entries),
+// ties -> larger block id; at most `k_blocks` blocks.
+template <class T>
+std::vector<int64_t> candidate_pool(const std::vector<T>& entry_scores, int64_t n_vis, int64_t block_size,
+                                    int64_t k_blocks, bool pin_newest = true, bool reversed_ties = false) {
+  if (n_vis == 0) return {};
+  const int64_t nb = (n_vis + block_size - 1) / block_size;
+  std::vector<int64_t> ids;
+  std::vector<T> scores;
+  const int64_t newest = nb - 1;
+  for (int64_t b = 0; b < nb; ++b) {
+    if (pin_newest && b == newest) continue;
+    T best = rank_key(entry_scores[size_t(b * block_size)]);
+    for (int64_t j = b * block_size + 1; j < std::min(n_vis, (b + 1) * block_size); ++j)
+      best = std::max(best, rank_key(entry_scores[size_t(j)]));
+    ids.push_back(b);
+    scores.push_back(best);
+  }
+  std::vector<int64_t> pool;
+  if (pin_newest) pool.push_back(newest);
+  const auto rest = topk(ids, scores, k_blocks - int64_t(pool.size()), reversed_ties);
+  pool.insert(pool.end(), rest.begin(), rest.end());
+  return pool;
+}
+
+// SPEC §3.4 index score I = Σ_h w_h · ReLU(iq_h · ik), h ascending.
+template <class T>
+T index_score(const T* iq, const T* w, const T* ik, int64_t n_heads, int64_t head_dim) {
+  T s = 0;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const T d = dot(iq + h * head_dim, ik, head_dim);
+    s += w[h] * (d > T(0) ? d : T(0));
+  }
+  return s;
+}
+
+// SPEC §3.5 softmax with a sink logit that joins the denominator and has no
+// value. logits are overwritten by the weights. Sums run in entry order.
+template <class T>
+void softmax_with_sink(std::vector<T>& logits, T sink, bool use_sink = true) {
+  T m = use_sink ? sink : -std::numeric_limits<T>::infinity();
+  for (T l : logits) m = std::max(m, l);
+  T denom = use_sink ? std::exp(sink - m) : T(0);
+  for (T& l : logits) {
+    l = std::exp(l - m);
+    denom += l;
+  }
+  for (T& l : logits) l = l / denom;
+}
+
+// SPEC §3.3 r >= 2: per channel, softmax over the block's tokens of z, then
+// Σ_t a_t c_t (t ascending).
+template <class T>
+void compress_block(const T* c, const T* z, int64_t r, int64_t dim, T* out) {
+  for (int64_t ch = 0; ch < dim; ++ch) {
+    T m = z[ch];
+    for (int64_t t = 1; t < r; ++t) m = std::max(m, z[t * dim + ch]);
+    T denom = 0;
+    for (int64_t t = 0; t < r; ++t) denom += std::exp(z[t * dim + ch] - m);
+    T acc = 0;
+    for (int64_t t = 0; t < r; ++t) acc += (std::exp(z[t * dim + ch] - m) / denom) * c[t * dim + ch];
+    out[ch] = acc;
+  }
+}
+
+// SPEC §3.7 router score s_e = sqrt(softplus(x)), softplus computed stably.
+template <class T>
+T router_score(T x) {
+  const T sp = std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x)));
+  return std::sqrt(sp);
+}
+
+// SPEC §3.7: the n_active largest s_e + bias_e, ties -> lower e; returned in
+// ascending expert order (the order their outputs are summed in).
+template <class T>
+std::vector<int64_t> route(const T* s, const T* bias, int64_t n_experts, int64_t n_active) {
+  std::vector<int64_t> order(static_cast<size_t>(n_experts));
+  for (int64_t e = 0; e < n_experts; ++e) order[size_t(e)] = e;
+  std::partial_sort(order.begin(), order.begin() + n_active, order.end(), [&](int64_t a, int64_t b) {
+    const T ka = rank_key(s[a] + bias[a]), kb = rank_key(s[b] + bias[b]);
+    if (ka != kb) return ka > kb;
+    return a < b;
+  });
+  order.resize(size_t(n_active));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+template <class T>
+T silu(T x) {
+  return x / (T(1) + std::exp(-x));
+}
+
+}  // namespace ced::ref

@@ -1,0 +1,141 @@
+// SPEC §1: built-ins, TOML files, validation messages.
+#include <gtest/gtest.h>
+
+#include "model/config.hpp"
+#include "model/error.hpp"
+#include "model/plan.hpp"
+
+using namespace ced;
+
+namespace {
+std::string error_of(const Config& c) {
+  try {
+    validate(c);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Builtins, AllValidate) {
+  for (const auto& n : builtin_names()) EXPECT_NO_THROW(builtin_config(n)) << n;
+}
+
+TEST(Builtins, TinyHasEveryLayerKind) {
+  const Config c = builtin_config("tiny");
+  const Plan p = make_plan(c);
+  bool swa = false, r1 = false, r2 = false, full = false, reindex = false, reuse = false;
+  for (const auto& lp : p.layers) {
+    swa |= lp.ratio == 0;
+    r1 |= lp.ratio == 1;
+    r2 |= lp.ratio == 2;
+    full |= lp.role == Role::Full;
+    reindex |= lp.role == Role::Reindex;
+    reuse |= lp.role == Role::Reuse;
+  }
+  EXPECT_TRUE(swa && r1 && r2 && full && reindex && reuse);
+  EXPECT_GE(p.candidate_source, 0);
+  EXPECT_EQ(c.vocab_size % 2, 1);
+  EXPECT_LE(c.d_model, 64);
+}
+
+TEST(Builtins, V41ShapeHasTheExactDsv41Schedule) {
+  const Config c = builtin_config("v41-shape");
+  const Config f = builtin_config("v41-flash");
+  EXPECT_EQ(c.compress_ratios, f.compress_ratios);
+  EXPECT_EQ(c.kv_source_layers, f.kv_source_layers);
+  EXPECT_EQ(c.index_source_layers, f.index_source_layers);
+  EXPECT_EQ(c.candidate_source_layer, 20);
+  EXPECT_EQ(c.window, 128);
+  EXPECT_EQ(make_plan(c).exact_replay(), 2541);
+}
+
+TEST(Plan, V41RolesFollowTheSources) {
+  const Plan p = make_plan(builtin_config("v41-shape"));
+  EXPECT_EQ(p[0].role, Role::SwaOnly);
+  EXPECT_EQ(p[2].role, Role::Full);
+  EXPECT_EQ(p[3].role, Role::Reuse);
+  EXPECT_EQ(p[3].kv_src, 2);
+  EXPECT_EQ(p[20].role, Role::Full);
+  EXPECT_TRUE(p[20].candidate_source);
+  EXPECT_EQ(p[24].role, Role::Reindex);
+  EXPECT_EQ(p[24].kv_src, 20);
+  EXPECT_TRUE(p[24].selects_in_pool);
+  EXPECT_EQ(p[25].idx_src, 24);
+  EXPECT_EQ(p.decoder_kv_sources, std::vector<int64_t>{20});
+}
+
+TEST(Validation, NamesTheOffendingKey) {
+  Config c = builtin_config("tiny");
+  c.n_encoder_layers = 8;
+  EXPECT_NE(error_of(c).find("n_encoder_layers"), std::string::npos);
+  c = builtin_config("tiny");
+  c.o_groups = 3;
+  EXPECT_NE(error_of(c).find("o_groups"), std::string::npos);
+  c = builtin_config("tiny");
+  c.rope_dim = 7;
+  EXPECT_NE(error_of(c).find("rope_dim"), std::string::npos);
+  c = builtin_config("tiny");
+  c.kv_source_layers = {4, 1};
+  EXPECT_NE(error_of(c).find("kv_source_layers"), std::string::npos);
+  c = builtin_config("tiny");
+  c.kv_source_layers = {1};
+  EXPECT_NE(error_of(c).find("kv_source_layers"), std::string::npos);  // layer E must be a source
+  c = builtin_config("tiny");
+  c.compress_ratios[2] = 1;  // kv_src(2) = 1 has r = 2
+  EXPECT_NE(error_of(c).find("compress_ratios"), std::string::npos);
+  c = builtin_config("tiny");
+  c.n_active_experts = 5;
+  EXPECT_NE(error_of(c).find("n_active_experts"), std::string::npos);
+  c = builtin_config("tiny");
+  c.candidate_source_layer = 5;  // not an index source
+  EXPECT_NE(error_of(c).find("candidate_source_layer"), std::string::npos);
+  c = builtin_config("tiny");
+  c.rms_eps = 0;
+  EXPECT_NE(error_of(c).find("rms_eps"), std::string::npos);
+}
+
+TEST(Toml, RoundTripsEveryBuiltin) {
+  for (const auto& n : builtin_names()) {
+    const Config c = builtin_config(n);
+    Config back = parse_config_toml(to_toml(c), "x.toml");
+    back.name = c.name;
+    EXPECT_EQ(to_toml(back), to_toml(c)) << n;
+  }
+}
+
+TEST(Toml, UnknownKeyIsAnErrorNamingIt) {
+  const std::string t = to_toml(builtin_config("tiny")) + "wrong_key = 3\n";
+  try {
+    parse_config_toml(t, "x.toml");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("wrong_key"), std::string::npos);
+  }
+}
+
+TEST(Toml, MissingKeyIsAnErrorNamingIt) {
+  std::string t = to_toml(builtin_config("tiny"));
+  t.erase(t.find("window"), t.find('\n', t.find("window")) - t.find("window") + 1);
+  try {
+    parse_config_toml(t, "x.toml");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("window"), std::string::npos);
+  }
+}
+
+TEST(Toml, SyntaxErrorIsAnInputError) { EXPECT_THROW(parse_config_toml("a = [", "x.toml"), InputError); }
+
+TEST(Tokens, OutOfRangeTokenIsAnInputError) {
+  const Config c = builtin_config("tiny");
+  EXPECT_THROW(validate_tokens(c, {1, 97}), InputError);
+  EXPECT_THROW(validate_tokens(c, {-1}), InputError);
+  EXPECT_NO_THROW(validate_tokens(c, {0, 96}));
+}
+
+TEST(MemoryEstimate, V41FlashNeedsFarMoreThanThisMachine) {
+  // 24 GiB here; the real model's weights alone are hundreds of GB in f32.
+  EXPECT_GT(estimate_run_bytes(builtin_config("v41-flash"), 1, 4), 100e9);
+}

@@ -1,0 +1,157 @@
+// SPEC §3, op by op, on hand-built cases.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "reference/ops.hpp"
+
+using namespace ced;
+using namespace ced::ref;
+
+TEST(RmsNorm, MatchesHandComputation) {
+  const double v[2] = {3.0, 4.0}, w[2] = {1.0, 2.0};
+  double out[2];
+  rmsnorm(v, w, 2, 0.0, out);  // mean(v²) = 12.5
+  EXPECT_DOUBLE_EQ(out[0], 3.0 / std::sqrt(12.5));
+  EXPECT_DOUBLE_EQ(out[1], 2.0 * 4.0 / std::sqrt(12.5));
+}
+
+TEST(Rope, RotatesOnlyTheLastRopeDimPairs) {
+  double v[6] = {1, 2, 1, 0, 0, 1};
+  rope(v, 6, 4, 10000.0, 3);
+  EXPECT_EQ(v[0], 1);
+  EXPECT_EQ(v[1], 2);
+  // pair 0: θ = 3, (1, 0) -> (cos 3, sin 3)
+  EXPECT_DOUBLE_EQ(v[2], std::cos(3.0));
+  EXPECT_DOUBLE_EQ(v[3], std::sin(3.0));
+  // pair 1: θ = 3 · 10000^(-1/2) = 0.03, (0, 1) -> (-sin θ, cos θ)
+  EXPECT_DOUBLE_EQ(v[4], -std::sin(0.03));
+  EXPECT_DOUBLE_EQ(v[5], std::cos(0.03));
+}
+
+TEST(Rope, InverseUndoesRotation) {
+  double v[8] = {0.3, -1.2, 0.7, 2.0, -0.5, 0.25, 1.5, -0.75};
+  double orig[8];
+  std::copy(v, v + 8, orig);
+  rope(v, 8, 8, 10000.0, 1234);
+  rope(v, 8, 8, 10000.0, 1234, -1);
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(v[i], orig[i], 1e-14);
+}
+
+TEST(Visibility, BlockIsVisibleOnlyOnceItsLastTokenExists) {
+  // r = 2: entry j covers tokens 2j, 2j+1; visible iff 2j + 1 <= p.
+  EXPECT_EQ(n_visible(0, 2), 0);
+  EXPECT_EQ(n_visible(1, 2), 1);
+  EXPECT_EQ(n_visible(2, 2), 1);
+  EXPECT_EQ(n_visible(3, 2), 2);
+  EXPECT_EQ(n_visible(0, 1), 1);
+  EXPECT_EQ(n_visible(6, 1), 7);
+}
+
+TEST(Compressor, BlockIsTheChannelwiseSoftmaxGatedSum) {
+  // r = 2, dim = 2: gates z equal in channel 0 (weights 1/2), and
+  // z = (0, ln 3) in channel 1 (weights 1/4, 3/4).
+  const double c[4] = {2.0, 4.0, 6.0, 8.0};  // token 0: (2, 4); token 1: (6, 8)
+  const double z[4] = {0.5, 0.0, 0.5, std::log(3.0)};
+  double out[2];
+  compress_block(c, z, 2, 2, out);
+  EXPECT_DOUBLE_EQ(out[0], 4.0);
+  EXPECT_NEAR(out[1], 0.25 * 4.0 + 0.75 * 8.0, 1e-15);
+}
+
+TEST(IndexScore, IsWeightedSumOfReluDots) {
+  // 2 heads of dim 2; head 0 dot = 1·1 + 2·1 = 3; head 1 dot = -1 -> ReLU 0.
+  const double iq[4] = {1, 2, -1, 0}, w[2] = {0.5, 10.0}, ik[2] = {1, 1};
+  EXPECT_DOUBLE_EQ(index_score(iq, w, ik, 2, 2), 1.5);
+}
+
+TEST(TopK, EqualScoresPreferTheLargerId) {
+  const std::vector<int64_t> ids = {0, 1, 2, 3};
+  const std::vector<double> s = {1.0, 2.0, 1.0, 1.0};
+  EXPECT_EQ(topk(ids, s, 3), (std::vector<int64_t>{1, 3, 2}));
+}
+
+TEST(TopK, NegativeZeroTiesWithPositiveZero) {
+  const std::vector<int64_t> ids = {0, 1};
+  const std::vector<double> s = {0.0, -0.0};
+  EXPECT_EQ(topk(ids, s, 1), (std::vector<int64_t>{1}));
+}
+
+TEST(TopK, ReversedTieBreakIsDetectable) {
+  const std::vector<int64_t> ids = {0, 1, 2};
+  const std::vector<double> s = {0.0, 0.0, 0.0};
+  EXPECT_EQ(topk(ids, s, 2), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(topk(ids, s, 2, true), (std::vector<int64_t>{0, 1}));
+}
+
+TEST(TopK, TakesAllWhenFewerThanK) {
+  EXPECT_EQ(topk<double>({4, 7}, {1.0, 3.0}, 5), (std::vector<int64_t>{7, 4}));
+}
+
+TEST(CandidatePool, NewestBlockIsPinnedFirstEvenWithTheLowestScore) {
+  // 7 visible entries in blocks of 2: blocks 0..3, block 3 = {6} (partial).
+  const std::vector<double> s = {5, 1, 9, 0, 2, 2, -1};
+  EXPECT_EQ(candidate_pool(s, 7, 2, 3), (std::vector<int64_t>{3, 1, 0}));
+  // Block scores are the max of visible entries only: entry 7 does not exist.
+  EXPECT_EQ(candidate_pool(s, 7, 2, 1), (std::vector<int64_t>{3}));
+  EXPECT_EQ(candidate_pool(s, 7, 2, 3, /*pin_newest=*/false), (std::vector<int64_t>{1, 0, 2}));
+}
+
+TEST(CandidatePool, EqualBlockScoresPreferTheLargerBlock) {
+  const std::vector<double> s = {1, 1, 1, 1, 1, 1};
+  EXPECT_EQ(candidate_pool(s, 6, 2, 2), (std::vector<int64_t>{2, 1}));
+}
+
+TEST(Sink, JoinsTheDenominatorWithoutAValue) {
+  std::vector<double> l = {0.0, 0.0};
+  softmax_with_sink(l, 0.0);
+  EXPECT_DOUBLE_EQ(l[0], 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(l[1], 1.0 / 3.0);
+  std::vector<double> m = {0.0, 0.0};
+  softmax_with_sink(m, 0.0, false);
+  EXPECT_DOUBLE_EQ(m[0], 0.5);
+}
+
+TEST(Sink, VeryNegativeSinkVanishes) {
+  std::vector<double> l = {1.0};
+  softmax_with_sink(l, -1e4);
+  EXPECT_DOUBLE_EQ(l[0], 1.0);
+}
+
+TEST(Router, ScoreIsSqrtSoftplus) {
+  EXPECT_DOUBLE_EQ(router_score(0.0), std::sqrt(std::log(2.0)));
+  EXPECT_NEAR(router_score(50.0), std::sqrt(50.0), 1e-12);
+  EXPECT_TRUE(std::isfinite(router_score(-800.0)));
+}
+
+TEST(Router, EqualScoresPreferTheLowerExpert) {
+  const double s[4] = {1.0, 2.0, 1.0, 2.0}, bias[4] = {0, 0, 0, 0};
+  EXPECT_EQ(route(s, bias, 4, 1), (std::vector<int64_t>{1}));
+  EXPECT_EQ(route(s, bias, 4, 3), (std::vector<int64_t>{0, 1, 3}));
+}
+
+TEST(Router, BiasChoosesButDoesNotWeigh) {
+  const double s[3] = {1.0, 1.5, 1.2}, bias[3] = {1.0, 0.0, 0.0};
+  EXPECT_EQ(route(s, bias, 3, 1), (std::vector<int64_t>{0}));
+}
+
+TEST(Matmul, EachElementIsTheSequentialSumOverK) {
+  Mat<double> X(2, 3), W(3, 2);
+  X << 1, 2, 3, 4, 5, 6;
+  W << 1, 0, 0, 1, 1, 1;
+  const Mat<double> Y = matmul(X, W);
+  EXPECT_EQ(Y(0, 0), 4);
+  EXPECT_EQ(Y(0, 1), 5);
+  EXPECT_EQ(Y(1, 0), 10);
+  EXPECT_EQ(Y(1, 1), 11);
+}
+
+TEST(Matmul, RowResultDoesNotDependOnTheOtherRows) {
+  Mat<float> X = Mat<float>::Random(9, 37), W = Mat<float>::Random(37, 13);
+  const Mat<float> all = matmul(X, W);
+  for (int i = 0; i < 9; ++i) {
+    const Mat<float> one = matmul(Mat<float>(X.row(i)), W);
+    for (int j = 0; j < 13; ++j) EXPECT_EQ(one(0, j), all(i, j));
+  }
+}
