@@ -83,6 +83,7 @@ struct RunRequest {
   // output is NaN iff it depends on them (the dependency cone, measured).
   bool poison_truncated = false;
   Fault fault = Fault::None;
+  int64_t fault_layer = -1;  // >= 0: a per-layer fault only at this layer
   std::shared_ptr<const PersistedCache> cache_in;  // resume: use this instead of computing it
   bool want_cache = false;  // return the persisted cache of the first P (resume) or N tokens
 };

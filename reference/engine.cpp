@@ -14,8 +14,8 @@ namespace ced::ref {
 
 template <class T>
 Engine<T>::Engine(const Config& c, const Plan& p, const Weights<T>& w, Fault fault, bool poison, bool capture,
-                  FlopCount* flops)
-    : c_(c), p_(p), w_(w), fault_(fault), poison_(poison), capture_(capture), flops_(flops), eps_(T(c.rms_eps)) {
+                  FlopCount* flops, int64_t fault_layer)
+    : c_(c), p_(p), w_(w), fault_(fault), fault_layer_(fault_layer), poison_(poison), capture_(capture), flops_(flops), eps_(T(c.rms_eps)) {
   layers.resize(size_t(p.L));
   sources.resize(size_t(p.L));
   for (int64_t l = 0; l < p.L; ++l) {
@@ -40,8 +40,8 @@ Mat<T> Engine<T>::normalised_input(int64_t l, const Mat<T>& X) const {
 // SPEC §3.3 visibility, capped by what exists (a decode step has only the
 // entries completed so far).
 template <class T>
-int64_t Engine<T>::visible(int64_t p, int64_t r, int64_t n_entries) const {
-  const int64_t ahead = fault_ == Fault::CompressorBlockShifted ? 1 : 0;
+int64_t Engine<T>::visible(int64_t l, int64_t p, int64_t r, int64_t n_entries) const {
+  const int64_t ahead = faulted(Fault::CompressorBlockShifted, l) ? 1 : 0;
   return std::min(n_entries, n_visible(p + ahead, r));
 }
 
@@ -103,7 +103,7 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
   const int64_t n = xhat.rows();
   const int64_t base = int64_t(ls.selection.size());
   ls.selection.resize(size_t(base + n));
-  const bool reuse_fault = lp.role == Role::Reuse && fault_ == Fault::ReuseOwnSelection;
+  const bool reuse_fault = lp.role == Role::Reuse && faulted(Fault::ReuseOwnSelection, l);
   if (lp.role == Role::Reuse && !reuse_fault) {
     const auto& src = layers[size_t(lp.idx_src)];
     for (int64_t i = 0; i < n; ++i)
@@ -118,19 +118,19 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
   const T wscale = T(1.0 / std::sqrt(double(ihd * ih)));
   const auto& src = sources[size_t(lp.kv_src)];
   const int64_t r = lp.ratio;
-  const bool tie_rev = fault_ == Fault::TieBreakReversed;
+  const bool tie_rev = faulted(Fault::TieBreakReversed, l);
   const bool in_pool = lp.selects_in_pool && !lp.candidate_source;
   if (lp.candidate_source) ls.pool.resize(size_t(base + n));
   const LayerState<T>* cand = p_.candidate_source >= 0 ? &layers[size_t(p_.candidate_source)] : nullptr;
   std::vector<int64_t> n_scored(static_cast<size_t>(n));
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule(dynamic, 4) if (n >= 8)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t p = a + i;
     std::vector<T> iq(iq_all.row(i).data(), iq_all.row(i).data() + ih * ihd);
     for (int64_t h = 0; h < ih; ++h) rope(iq.data() + h * ihd, ihd, c_.rope_dim, c_.rope_theta, p);
     std::vector<T> w(static_cast<size_t>(ih));
     for (int64_t h = 0; h < ih; ++h) w[size_t(h)] = wraw(i, h) * wscale;
-    const int64_t nv = visible(p, r, src.entries.count());
+    const int64_t nv = visible(l, p, r, src.entries.count());
     std::vector<int64_t> ids;
     if (in_pool) {
       const auto& pool = cand->pool[size_t(p - cand->local.first)];
@@ -147,7 +147,7 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
     n_scored[size_t(i)] = int64_t(ids.size());
     if (lp.candidate_source) {
       auto pool = candidate_pool(scores, nv, c_.candidate_block_size, c_.candidate_topk_blocks,
-                                 fault_ != Fault::PoolPinDropped, tie_rev);
+                                 !faulted(Fault::PoolPinDropped, l), tie_rev);
       const int64_t bs = c_.candidate_block_size;
       std::vector<int64_t> pids;
       std::vector<T> pscores;
@@ -177,11 +177,11 @@ void Engine<T>::attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out)
   const auto& lw = w_.layers[size_t(l)];
   const int64_t n = q.rows(), H = c_.n_heads, hd = c_.head_dim, W = c_.window;
   const T scale = T(1.0 / std::sqrt(double(hd)));
-  const int64_t span = fault_ == Fault::WindowOffByOne ? W : W - 1;
+  const int64_t span = faulted(Fault::WindowOffByOne, l) ? W : W - 1;
   const SourceState<T>* src = lp.ratio > 0 ? &sources[size_t(lp.kv_src)] : nullptr;
   heads_out.resize(n, H * hd);
   std::vector<int64_t> n_entries(static_cast<size_t>(n));
-#pragma omp parallel for schedule(dynamic, 4)
+#pragma omp parallel for schedule(dynamic, 4) if (n >= 8)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t p = a + i;
     const int64_t lo_full = std::max<int64_t>(0, p - span);
@@ -202,7 +202,7 @@ void Engine<T>::attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out)
       size_t e = 0;
       for (int64_t j = lo; j <= p; ++j) wts[e++] = dot(qh, ls.local.row(j), hd) * scale;
       for (int64_t k = 0; k < n_sel; ++k) wts[e++] = dot(qh, src->entries.row((*sel)[size_t(k)]), hd) * scale;
-      softmax_with_sink(wts, lw.attn_sink[h], fault_ != Fault::SinkDropped);
+      softmax_with_sink(wts, lw.attn_sink[h], !faulted(Fault::SinkDropped, l));
       T* o = out + h * hd;
       std::fill(o, o + hd, T(0));
       e = 0;
@@ -214,7 +214,7 @@ void Engine<T>::attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out)
         const T* v = src->entries.row((*sel)[size_t(k)]);
         for (int64_t x = 0; x < hd; ++x) o[x] += wts[e] * v[x];
       }
-      if (fault_ != Fault::RopeInverseSkipped) rope(o, hd, c_.rope_dim, c_.rope_theta, p, -1);
+      if (!faulted(Fault::RopeInverseSkipped, l)) rope(o, hd, c_.rope_dim, c_.rope_theta, p, -1);
     }
   }
   for (int64_t i = 0; i < n; ++i) count(l, kFlopAttention, 2 * 2 * H * hd * n_entries[size_t(i)]);

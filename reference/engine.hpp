@@ -46,8 +46,9 @@ struct SourceState {
 template <class T>
 class Engine {
  public:
+  // fault_layer >= 0 confines a per-layer fault to that layer.
   Engine(const Config& c, const Plan& p, const Weights<T>& w, Fault fault, bool poison, bool capture,
-         FlopCount* flops);
+         FlopCount* flops, int64_t fault_layer = -1);
 
   // Layer l over positions a .. a+X.rows()-1 (contiguous with what it already
   // evaluated). X [n, d] is updated in place. xhat_E [n, d] is layer E's
@@ -75,13 +76,15 @@ class Engine {
   void select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q_lat);
   void attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out);
   void ffn(int64_t l, Mat<T>& X);
-  int64_t visible(int64_t p, int64_t r, int64_t n_entries) const;
+  int64_t visible(int64_t l, int64_t p, int64_t r, int64_t n_entries) const;
+  bool faulted(Fault f, int64_t l) const { return fault_ == f && (fault_layer_ < 0 || l == fault_layer_); }
   void count(int64_t l, int kind, int64_t flops);
 
   const Config& c_;
   const Plan& p_;
   const Weights<T>& w_;
   Fault fault_;
+  int64_t fault_layer_;
   bool poison_;
   bool capture_;
   FlopCount* flops_;

@@ -31,7 +31,7 @@ class ReferenceBackend final : public Backend {
     res.prefix_len = req.mode == Mode::Resume ? req.prefix_len : -1;
     res.decode_steps = req.decode_steps;
     res.flops.resize(p_.L);
-    Engine<T> eng(c_, p_, w_, req.fault, req.poison_truncated, req.capture_layers, &res.flops);
+    Engine<T> eng(c_, p_, w_, req.fault, req.poison_truncated, req.capture_layers, &res.flops, req.fault_layer);
     const int64_t N = req.n_prompt;
     res.n_replay = req.replay.n_replay(p_, N);
     const int64_t B = req.mode == Mode::Full ? N : std::min(N, res.n_replay);
@@ -109,7 +109,7 @@ class ReferenceBackend final : public Backend {
   // SPEC §6: the cache a previous session left for the first P tokens: the
   // encoder and the source-only write over 0..P-1 (its work is not counted).
   PersistedCache prefix_cache(const RunRequest& req, int64_t P) const {
-    Engine<T> eng(c_, p_, w_, Fault::None, false, false, nullptr);
+    Engine<T> eng(c_, p_, w_, req.fault, false, false, nullptr, req.fault_layer);
     if (P > 0) {
       Mat<T> X = embed(req.tokens, 0, P);
       for (int64_t l = 0; l < p_.E; ++l) eng.layer(l, 0, X, nullptr);

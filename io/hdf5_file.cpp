@@ -1,0 +1,383 @@
+// SPEC §9: run files and cache files; see hdf5_file.hpp.
+#include "io/hdf5_file.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <limits>
+#include <set>
+#include <stdexcept>
+
+#include "io/h5_util.hpp"
+#include "io/hdf5_run.hpp"
+#include "model/error.hpp"
+#include "model/plan.hpp"
+#include "model/weights.hpp"
+
+namespace ced {
+namespace {
+
+namespace fs = std::filesystem;
+
+[[noreturn]] void fail(const std::string& obj, const std::string& what) {
+  throw InputError(fmt::format("{}: {}", obj, what));
+}
+
+// ---- files ----------------------------------------------------------------
+
+// Runs `body` on a fresh temporary file next to `path`, then renames it into
+// place. On any failure the temporary file is removed and an existing file at
+// `path` is left as it was.
+template <class Body>
+void write_atomically(const fs::path& path, Body&& body) {
+  h5::quiet_errors();
+  auto error = [&](const std::string& why) {
+    return InputError(fmt::format("cannot write '{}': {}", path.string(), why));
+  };
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw error(fmt::format("directory '{}' does not exist", dir.string()));
+  if (fs::is_directory(path, ec)) throw error("is a directory");
+  if (::access(dir.c_str(), W_OK) != 0) throw error(fmt::format("directory '{}' is not writable", dir.string()));
+  static std::atomic<uint64_t> counter{0};
+  const fs::path tmp = dir / fmt::format("{}.tmp.{}.{}", path.filename().string(), ::getpid(), counter++);
+  try {
+    h5::Handle file = h5::create_file(tmp);
+    body(file.get());
+    h5::close_file(file);
+    fs::rename(tmp, path);
+  } catch (const InputError& e) {
+    fs::remove(tmp, ec);
+    throw error(e.what());
+  } catch (const fs::filesystem_error& e) {
+    fs::remove(tmp, ec);
+    throw error(e.code().message());
+  } catch (...) {
+    fs::remove(tmp, ec);
+    throw;
+  }
+}
+
+// Runs `body` on the opened file; every InputError gains the file's name.
+template <class Body>
+auto read_file(const fs::path& path, Body&& body) {
+  h5::quiet_errors();
+  try {
+    h5::Handle file = h5::open_file_read(path);
+    return body(file.get());
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("cannot read '{}': {}", path.string(), e.what()));
+  } catch (const std::bad_alloc&) {
+    throw InputError(fmt::format("cannot read '{}': out of memory (corrupt shape?)", path.string()));
+  }
+}
+
+// ---- root -----------------------------------------------------------------
+
+void write_root(hid_t file, const std::string& generator) {
+  h5::write_string_attr(file, "/", "format", std::string(kFileFormat));
+  h5::write_int_attr(file, "/", "format_version", kFileFormatVersion);
+  h5::write_string_attr(file, "/", "generator", generator);
+}
+
+// Checks format and version; returns the generator.
+std::string read_root(hid_t file) {
+  if (!h5::has_attr(file, "/", "format"))
+    fail("/", fmt::format("not a {} file (no root attribute 'format')", kFileFormat));
+  const std::string format = h5::read_string_attr(file, "/", "format");
+  if (format != kFileFormat) fail("/", fmt::format("format is '{}', not '{}'", format, kFileFormat));
+  const int64_t version = h5::read_int_attr(file, "/", "format_version");
+  if (version != kFileFormatVersion)
+    fail("/", fmt::format("format_version {} is not supported (this build reads {}); regenerate with `{}`", version,
+                          kFileFormatVersion, kRegenerateCommand));
+  return h5::has_attr(file, "/", "generator") ? h5::read_string_attr(file, "/", "generator") : "";
+}
+
+// ---- config (SPEC §1) -----------------------------------------------------
+
+struct IntKey {
+  const char* key;
+  int64_t Config::*member;
+};
+struct RealKey {
+  const char* key;
+  double Config::*member;
+};
+struct ListKey {
+  const char* key;
+  std::vector<int64_t> Config::*member;
+};
+// ced::scalar_keys() and list_keys() are the authority; every name they list
+// must appear here (a missing one is a bug, reported as logic_error).
+constexpr IntKey kIntKeys[] = {
+    {"vocab_size", &Config::vocab_size},
+    {"d_model", &Config::d_model},
+    {"n_layers", &Config::n_layers},
+    {"n_encoder_layers", &Config::n_encoder_layers},
+    {"n_heads", &Config::n_heads},
+    {"head_dim", &Config::head_dim},
+    {"rope_dim", &Config::rope_dim},
+    {"q_lora_rank", &Config::q_lora_rank},
+    {"window", &Config::window},
+    {"index_n_heads", &Config::index_n_heads},
+    {"index_head_dim", &Config::index_head_dim},
+    {"index_topk", &Config::index_topk},
+    {"candidate_source_layer", &Config::candidate_source_layer},
+    {"candidate_block_size", &Config::candidate_block_size},
+    {"candidate_topk_blocks", &Config::candidate_topk_blocks},
+    {"o_groups", &Config::o_groups},
+    {"o_lora_rank", &Config::o_lora_rank},
+    {"n_routed_experts", &Config::n_routed_experts},
+    {"n_active_experts", &Config::n_active_experts},
+    {"n_shared_experts", &Config::n_shared_experts},
+    {"moe_dim", &Config::moe_dim},
+};
+constexpr RealKey kRealKeys[] = {
+    {"routed_scaling_factor", &Config::routed_scaling_factor},
+    {"rms_eps", &Config::rms_eps},
+    {"rope_theta", &Config::rope_theta},
+};
+constexpr ListKey kListKeys[] = {
+    {"compress_ratios", &Config::compress_ratios},
+    {"kv_source_layers", &Config::kv_source_layers},
+    {"index_source_layers", &Config::index_source_layers},
+};
+constexpr const char* kTieKey = "tie_decoder_kv";  // int64 0/1
+
+template <class Table>
+auto find_key(const Table& table, const std::string& key) -> decltype(&table[0]) {
+  for (const auto& e : table)
+    if (key == e.key) return &e;
+  return nullptr;
+}
+
+[[noreturn]] void unmapped(const std::string& key) {
+  throw std::logic_error(fmt::format("io: config key '{}' has no HDF5 mapping (update io/hdf5_file.cpp)", key));
+}
+
+void write_config(hid_t file, const Config& c) {
+  const std::string g = "/config";
+  h5::create_group(file, g);
+  for (const std::string& key : scalar_keys()) {
+    if (const IntKey* k = find_key(kIntKeys, key)) h5::write_int_attr(file, g, key, c.*(k->member));
+    else if (const RealKey* r = find_key(kRealKeys, key)) h5::write_real_attr(file, g, key, c.*(r->member));
+    else if (key == kTieKey) h5::write_int_attr(file, g, key, c.tie_decoder_kv ? 1 : 0);
+    else unmapped(key);
+  }
+  for (const std::string& key : list_keys()) {
+    const ListKey* k = find_key(kListKeys, key);
+    if (!k) unmapped(key);
+    const std::vector<int64_t>& v = c.*(k->member);
+    h5::write_ints(file, g + "/" + key, v.data(), {hsize_t(v.size())});
+  }
+  h5::write_string_attr(file, g, "name", c.name);
+}
+
+// Validated (ced::validate). A file without a "name" attr gets `fallback_name`.
+Config read_config(hid_t file, const std::string& fallback_name) {
+  const std::string g = "/config";
+  if (!h5::exists(file, g)) fail(g, "is missing");
+  Config c;
+  for (const std::string& key : scalar_keys()) {
+    if (const IntKey* k = find_key(kIntKeys, key)) {
+      c.*(k->member) = h5::read_int_attr(file, g, key);
+    } else if (const RealKey* r = find_key(kRealKeys, key)) {
+      c.*(r->member) = h5::read_real_attr(file, g, key);
+    } else if (key == kTieKey) {  // optional, as in a TOML file
+      const int64_t v = h5::has_attr(file, g, key) ? h5::read_int_attr(file, g, key) : 0;
+      if (v != 0 && v != 1) fail(g, fmt::format("attribute '{}' is {}, not 0 or 1", key, v));
+      c.tie_decoder_kv = v == 1;
+    } else {
+      unmapped(key);
+    }
+  }
+  for (const std::string& key : list_keys()) {
+    const ListKey* k = find_key(kListKeys, key);
+    if (!k) unmapped(key);
+    c.*(k->member) = h5::read_ints(file, g + "/" + key, 1).values;
+  }
+  c.name = h5::has_attr(file, g, "name") ? h5::read_string_attr(file, g, "name") : fallback_name;
+  validate(c);
+  return c;
+}
+
+// ---- inputs ---------------------------------------------------------------
+
+const std::string kTokens = "/inputs/tokens";
+
+void check_tokens(const Config& c, const std::vector<int32_t>& tokens, uint64_t token_seed, bool tokens_explicit) {
+  try {
+    validate_tokens(c, tokens);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("/inputs/{}", e.what()));  // "tokens: token 5 at index ..."
+  }
+  if (tokens_explicit) return;
+  const std::vector<int32_t> made = make_tokens(token_seed, c.vocab_size, static_cast<int64_t>(tokens.size()));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] != made[i])
+      fail(kTokens, fmt::format("token {} at index {} differs from token_seed {}'s {} (tokens_explicit is 0)",
+                                tokens[i], i, token_seed, made[i]));
+}
+
+void write_inputs(hid_t file, const RunFile& f) {
+  check_tokens(f.config, f.tokens, f.token_seed, f.tokens_explicit);
+  h5::create_group(file, "/inputs");
+  h5::write_dataset(file, kTokens, H5T_STD_I32LE, H5T_NATIVE_INT32, f.tokens.data(), {hsize_t(f.tokens.size())});
+  h5::write_uint_attr(file, kTokens, "weight_seed", f.weight_seed);
+  h5::write_uint_attr(file, kTokens, "token_seed", f.token_seed);
+  h5::write_int_attr(file, kTokens, "tokens_explicit", f.tokens_explicit ? 1 : 0);
+}
+
+void read_inputs(hid_t file, RunFile& f) {
+  const std::vector<int64_t> raw = h5::read_ints(file, kTokens, 1).values;
+  f.tokens.resize(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] < std::numeric_limits<int32_t>::min() || raw[i] > std::numeric_limits<int32_t>::max())
+      fail(kTokens, fmt::format("token {} at index {} is out of range [0, {})", raw[i], i, f.config.vocab_size));
+    f.tokens[i] = static_cast<int32_t>(raw[i]);
+  }
+  f.weight_seed = h5::read_uint_attr(file, kTokens, "weight_seed");
+  f.token_seed = h5::read_uint_attr(file, kTokens, "token_seed");
+  f.tokens_explicit = h5::has_attr(file, kTokens, "tokens_explicit") &&
+                      h5::read_int_attr(file, kTokens, "tokens_explicit") != 0;
+  check_tokens(f.config, f.tokens, f.token_seed, f.tokens_explicit);
+}
+
+// ---- weights (SPEC §2) ----------------------------------------------------
+
+void write_weights(hid_t file, const Config& c, uint64_t weight_seed, const std::string& dtype) {
+  if (dtype != "f32" && dtype != "f64") fail("/weights", fmt::format("dtype '{}' is not f32 or f64", dtype));
+  h5::create_group(file, "/weights");
+  h5::write_string_attr(file, "/weights", "dtype", dtype);
+  h5::write_uint_attr(file, "/weights", "weight_seed", weight_seed);
+  for (const TensorSpec& t : weight_specs(c, make_plan(c))) {
+    const std::vector<double> v = generate_tensor(t, weight_seed);
+    const std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+    h5::write_reals(file, "/weights/" + t.name, v.data(), dims, dtype == "f32");
+  }
+}
+
+// ---- runs -----------------------------------------------------------------
+
+void check_run_name(const std::string& name) {
+  if (name.empty() || name == "." || name.find('/') != std::string::npos)
+    fail(fmt::format("/runs/{}", name), "a run name must be non-empty, not '.', and hold no '/'");
+}
+
+RunFile read_header(hid_t file, const fs::path& path) {
+  RunFile f;
+  f.generator = read_root(file);
+  f.config = read_config(file, path.string());
+  read_inputs(file, f);
+  f.weights_dtype = h5::exists(file, "/weights") ? h5::read_string_attr(file, "/weights", "dtype") : "";
+  return f;
+}
+
+}  // namespace
+
+const NamedRun* RunFile::find_run(std::string_view name) const {
+  for (const NamedRun& r : runs)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+void write_run_file(const fs::path& path, const RunFile& f) {
+  write_atomically(path, [&](hid_t file) {
+    validate(f.config);
+    write_root(file, f.generator);
+    write_config(file, f.config);
+    write_inputs(file, f);
+    if (!f.weights_dtype.empty()) write_weights(file, f.config, f.weight_seed, f.weights_dtype);
+    h5::create_group(file, "/runs", /*track_order=*/true);
+    std::set<std::string> names;
+    for (const NamedRun& r : f.runs) {
+      check_run_name(r.name);
+      if (!names.insert(r.name).second) fail("/runs/" + r.name, "two runs have this name");
+      h5::write_run(file, "/runs/" + r.name, r.result, f.config, static_cast<int64_t>(f.tokens.size()));
+    }
+  });
+}
+
+RunFile read_run_file_header(const fs::path& path) {
+  return read_file(path, [&](hid_t file) { return read_header(file, path); });
+}
+
+RunFile read_run_file(const fs::path& path) {
+  return read_file(path, [&](hid_t file) {
+    RunFile f = read_header(file, path);
+    for (const std::string& name : h5::list(file, "/runs"))
+      f.runs.push_back({name, h5::read_run(file, "/runs/" + name, f.config, static_cast<int64_t>(f.tokens.size()))});
+    return f;
+  });
+}
+
+std::vector<std::string> list_runs(const fs::path& path) {
+  return read_file(path, [&](hid_t file) {
+    read_root(file);
+    return h5::list(file, "/runs");
+  });
+}
+
+RunResult read_run(const fs::path& path, const std::string& run) {
+  return read_file(path, [&](hid_t file) {
+    const RunFile f = read_header(file, path);
+    const std::string rp = "/runs/" + run;
+    if (run.empty() || run == "." || run.find('/') != std::string::npos || !h5::exists(file, rp)) {
+      const std::vector<std::string> names = h5::list(file, "/runs");
+      std::string all;
+      for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
+      fail(rp, fmt::format("no such run (the file holds: {})", all.empty() ? "none" : all));
+    }
+    return h5::read_run(file, rp, f.config, static_cast<int64_t>(f.tokens.size()));
+  });
+}
+
+WeightTensor read_weight(const fs::path& path, const std::string& name) {
+  return read_file(path, [&](hid_t file) {
+    read_root(file);
+    if (!h5::exists(file, "/weights")) fail("/weights", "is missing (the file was written without weights)");
+    const std::string wp = "/weights/" + name;
+    if (name.empty() || name == "." || name.find('/') != std::string::npos || !h5::exists(file, wp))
+      fail(wp, "no such tensor");
+    h5::Array<double> a = h5::read_reals(file, wp, -1);
+    return WeightTensor{std::move(a.dims), std::move(a.values)};
+  });
+}
+
+void write_cache_file(const fs::path& path, const CacheFile& f) {
+  write_atomically(path, [&](hid_t file) {
+    validate(f.config);
+    write_root(file, f.generator);
+    write_config(file, f.config);
+    h5::write_uint_attr(file, "/", "weight_seed", f.weight_seed);
+    h5::write_cache(file, "/cache", f.cache, f.config);
+  });
+}
+
+CacheFile read_cache_file(const fs::path& path) {
+  return read_file(path, [&](hid_t file) {
+    CacheFile f;
+    f.generator = read_root(file);
+    f.config = read_config(file, path.string());
+    f.weight_seed = h5::read_uint_attr(file, "/", "weight_seed");
+    if (!h5::exists(file, "/cache")) fail("/cache", "is missing (not a cache file?)");
+    f.cache = h5::read_cache(file, "/cache", f.config);
+    return f;
+  });
+}
+
+void write_table_file(const fs::path& path, const TableFile& t) {
+  write_atomically(path, [&](hid_t file) {
+    write_root(file, t.generator);
+    write_config(file, t.config);
+    for (const auto& [k, v] : t.attrs) h5::write_string_attr(file, "/", k, v);
+    h5::create_group(file, "/table", /*track_order=*/true);
+    for (const auto& [name, col] : t.columns) {
+      if (col.size() != t.columns.front().second.size()) fail("/table/" + name, "columns differ in length");
+      h5::write_reals(file, "/table/" + name, col.data(), {hsize_t(col.size())}, /*as_float=*/false);
+    }
+  });
+}
+
+}  // namespace ced

@@ -1,0 +1,97 @@
+#pragma once
+// SPEC §9: the harness's HDF5 files. A run file holds the config, the token
+// stream with its seeds, optionally the §2 weights, and any number of named
+// runs (each a RunResult, optionally with per-layer captures and its
+// persisted cache). A cache file holds one persisted cache (SPEC §6).
+//
+// Writes are atomic: a temporary file in the target's directory, then a
+// rename, so a failed write leaves no file (and an old file untouched).
+// Every failure, reading or writing, is an InputError with one line naming
+// the file and the object:  cannot read 'g.h5': /runs/full/logits: is missing
+// Not thread-safe (the HDF5 library is the serial build).
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/run.hpp"
+
+namespace ced {
+
+inline constexpr std::string_view kFileFormat = "ced-harness";
+inline constexpr int64_t kFileFormatVersion = 1;
+// The one command that rewrites golden files (named by the version error).
+inline constexpr std::string_view kRegenerateCommand = "ced golden regenerate";
+
+struct NamedRun {
+  std::string name;  // /runs/<name>: not empty, no '/', not "."
+  RunResult result;
+};
+
+struct RunFile {
+  std::string generator;  // root attr: the program and command that wrote the file
+  Config config;          // /config (Config::name round-trips as attr "name")
+  std::vector<int32_t> tokens;  // /inputs/tokens [N + decode_steps] of the longest run
+  uint64_t weight_seed = 0;
+  uint64_t token_seed = 0;
+  // The tokens were given, not generated; when false they must equal
+  // make_tokens(token_seed, V, tokens.size()) (checked both ways).
+  bool tokens_explicit = false;
+  // "" = no /weights; "f32" | "f64": write every tensor of weight_specs
+  // generated from weight_seed. Reading sets it; the tensors stay in the
+  // file (read_weight).
+  std::string weights_dtype;
+  std::vector<NamedRun> runs;  // in file order
+
+  const NamedRun* find_run(std::string_view name) const;  // nullptr if absent
+};
+
+// Logits, captures and caches are stored as float for "f32" and "bf16" runs,
+// as double for "f64" — and as double whenever a value would not survive the
+// float (nothing is ever rounded on the way to disk).
+void write_run_file(const std::filesystem::path& path, const RunFile& f);
+// Validates everything against the config: ced::validate, token range,
+// shapes, positions; each run's tokens must be present.
+RunFile read_run_file(const std::filesystem::path& path);
+// The same without the runs (config, tokens, seeds, generator).
+RunFile read_run_file_header(const std::filesystem::path& path);
+std::vector<std::string> list_runs(const std::filesystem::path& path);
+// One run, validated against the file's config and tokens.
+RunResult read_run(const std::filesystem::path& path, const std::string& run);
+
+struct WeightTensor {
+  std::vector<int64_t> shape;
+  std::vector<double> values;  // row-major
+};
+// /weights/<name> (§2 name) of a file written with weights_dtype.
+WeightTensor read_weight(const std::filesystem::path& path, const std::string& name);
+
+// A persisted cache on its own, with the config and weight seed it belongs
+// to (so a reader can check it against the model that will resume from it).
+struct CacheFile {
+  std::string generator;
+  Config config;
+  uint64_t weight_seed = 0;
+  PersistedCache cache;  // /cache
+};
+void write_cache_file(const std::filesystem::path& path, const CacheFile& f);
+CacheFile read_cache_file(const std::filesystem::path& path);
+
+}  // namespace ced
+
+namespace ced {
+
+// A table of numeric columns (the replay-error sweep): /table/<column> float64
+// [rows], root attrs format, format_version, generator, and `attrs` as
+// strings. Written atomically.
+struct TableFile {
+  std::string generator;
+  Config config;
+  std::vector<std::pair<std::string, std::string>> attrs;
+  std::vector<std::pair<std::string, std::vector<double>>> columns;  // equal lengths
+};
+void write_table_file(const std::filesystem::path& path, const TableFile& t);
+
+}  // namespace ced

@@ -1,0 +1,208 @@
+#include "oracle/run_compare.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <map>
+
+namespace ced {
+namespace {
+
+TensorDtype dtype_of(const RunResult& r) { return parse_tensor_dtype(r.dtype); }
+
+// Rows of a and b at the positions both have; problems for the rest.
+struct Aligned {
+  std::vector<double> a, b;
+  std::vector<int64_t> positions;
+};
+
+Aligned align_rows(const MatD& A, const std::vector<int64_t>& pa, const MatD& B, const std::vector<int64_t>& pb,
+                   std::vector<std::string>& problems, const std::string& what) {
+  Aligned out;
+  std::map<int64_t, int64_t> ib;
+  for (size_t i = 0; i < pb.size(); ++i) ib[pb[i]] = int64_t(i);
+  int64_t missing = 0;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    auto it = ib.find(pa[i]);
+    if (it == ib.end()) {
+      ++missing;
+      continue;
+    }
+    out.positions.push_back(pa[i]);
+    out.a.insert(out.a.end(), A.row(int64_t(i)).data(), A.row(int64_t(i)).data() + A.cols());
+    out.b.insert(out.b.end(), B.row(it->second).data(), B.row(it->second).data() + B.cols());
+  }
+  if (missing || out.positions.size() != pb.size())
+    problems.push_back(fmt::format("{}: positions differ ({} rows vs {}, {} shared)", what, pa.size(), pb.size(),
+                                   out.positions.size()));
+  return out;
+}
+
+bool bits_equal(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+}  // namespace
+
+bool RunDiff::pass() const {
+  if (!problems.empty()) return false;
+  for (const auto& t : tensors)
+    if (!t.verdict.pass) return false;
+  return true;
+}
+
+RunDiff diff_runs(const std::string& run, const RunResult& t, const RunResult& r, const Policy& policy,
+                  const CalibrationFor& cal) {
+  RunDiff d;
+  d.run = run;
+  const TensorDtype dt = dtype_of(t) == dtype_of(r) ? dtype_of(t) : TensorDtype::F32;
+  auto calib = [&](const std::string& name) { return cal ? cal(name) : std::optional<Calibration>{}; };
+  {
+    TensorDiff td;
+    td.name = fmt::format("runs/{}/logits", run);
+    const Aligned al = align_rows(t.logits, t.positions, r.logits, r.positions, d.problems, td.name);
+    const std::vector<int64_t> shape = {int64_t(al.positions.size()), t.logits.cols()};
+    if (t.logits.cols() != r.logits.cols()) {
+      d.problems.push_back(fmt::format("{}: vocab {} vs {}", td.name, t.logits.cols(), r.logits.cols()));
+    } else {
+      const Thresholds th = policy.thresholds_for(td.name, calib(td.name));
+      td.comparison.tensor = compare_tensors(al.a, al.b, shape, th, dt);
+      td.comparison.logits = compare_logits(al.a, al.b, shape);
+      td.verdict = judge(policy, td.name, td.comparison, calib(td.name));
+      td.bitwise_equal = bits_equal(al.a, al.b);
+      d.tensors.push_back(std::move(td));
+    }
+  }
+  if (!r.layers.empty() && t.layers.size() != r.layers.size())
+    d.problems.push_back(fmt::format("runs/{}: {} captured layers vs {}", run, t.layers.size(), r.layers.size()));
+  for (size_t l = 0; l < std::min(t.layers.size(), r.layers.size()); ++l) {
+    const auto &a = t.layers[l], &b = r.layers[l];
+    TensorDiff out;
+    out.layer = int64_t(l);
+    out.name = fmt::format("runs/{}/layers/{}/out", run, l);
+    const Aligned al = align_rows(a.out, a.positions, b.out, b.positions, d.problems, out.name);
+    const std::vector<int64_t> shape = {int64_t(al.positions.size()), a.out.cols()};
+    out.comparison.tensor = compare_tensors(al.a, al.b, shape, policy.thresholds_for(out.name, calib(out.name)), dt);
+    out.verdict = judge(policy, out.name, out.comparison, calib(out.name));
+    out.bitwise_equal = bits_equal(al.a, al.b);
+    const bool out_fail = !out.verdict.pass, out_inexact = !out.bitwise_equal;
+    d.tensors.push_back(std::move(out));
+    bool sel_fail = false, sel_inexact = false;
+    if (a.has_topk && b.has_topk) {
+      TensorDiff sel;
+      sel.layer = int64_t(l);
+      sel.name = fmt::format("runs/{}/layers/{}/topk", run, l);
+      // rows at shared positions
+      std::vector<int64_t> ta, tb;
+      std::map<int64_t, int64_t> ib;
+      for (size_t i = 0; i < b.positions.size(); ++i) ib[b.positions[i]] = int64_t(i);
+      for (size_t i = 0; i < a.positions.size(); ++i) {
+        auto it = ib.find(a.positions[i]);
+        if (it == ib.end()) continue;
+        ta.insert(ta.end(), a.topk.row(int64_t(i)).data(), a.topk.row(int64_t(i)).data() + a.topk.cols());
+        tb.insert(tb.end(), b.topk.row(it->second).data(), b.topk.row(it->second).data() + b.topk.cols());
+      }
+      const std::vector<int64_t> shape2 = {int64_t(ta.size()) / std::max<int64_t>(1, a.topk.cols()), a.topk.cols()};
+      sel.comparison.selection = compare_selections(ta, tb, shape2, policy.thresholds_for(sel.name));
+      sel.verdict = judge(policy, sel.name, sel.comparison);
+      sel.bitwise_equal = ta == tb;
+      sel_fail = !sel.verdict.pass;
+      sel_inexact = !sel.bitwise_equal;
+      d.tensors.push_back(std::move(sel));
+    }
+    if (d.first_divergent_layer < 0 && (out_fail || sel_fail)) d.first_divergent_layer = int64_t(l);
+    if (d.first_inexact_layer < 0 && (out_inexact || sel_inexact)) d.first_inexact_layer = int64_t(l);
+  }
+  return d;
+}
+
+std::map<std::string, Calibration> calibrate_runs(const std::string& run, const RunResult& f32, const RunResult& f64) {
+  std::map<std::string, Calibration> cal;
+  std::vector<std::string> ignored;
+  auto put = [&](const std::string& name, const MatD& A, const std::vector<int64_t>& pa, const MatD& B,
+                 const std::vector<int64_t>& pb) {
+    const Aligned al = align_rows(A, pa, B, pb, ignored, name);
+    const TensorCompare tc =
+        compare_tensors(al.a, al.b, {int64_t(al.positions.size()), A.cols()}, Thresholds{}, TensorDtype::F32);
+    cal[name] = calibration_of(tc);
+  };
+  put(fmt::format("runs/{}/logits", run), f32.logits, f32.positions, f64.logits, f64.positions);
+  for (size_t l = 0; l < std::min(f32.layers.size(), f64.layers.size()); ++l)
+    put(fmt::format("runs/{}/layers/{}/out", run, l), f32.layers[l].out, f32.layers[l].positions, f64.layers[l].out,
+        f64.layers[l].positions);
+  return cal;
+}
+
+std::string format_run_diff(const RunDiff& d, bool verbose) {
+  std::string s = fmt::format("run {}: {}\n", d.run, d.pass() ? "PASS" : "FAIL");
+  for (const auto& p : d.problems) s += fmt::format("  problem: {}\n", p);
+  s += fmt::format("  {:<34} {:>6} {:>11} {:>11} {:>11} {:>9} {:>8}  {}\n", "tensor", "verdict", "max_abs", "rel_l2",
+                   "max_ulp", "mismatch", "nan/inf", "worst element (t vs r)");
+  for (const auto& t : d.tensors) {
+    if (!verbose && t.verdict.pass && t.layer >= 0) continue;
+    const std::string short_name = t.name.substr(t.name.find('/', 5) + 1);
+    if (t.comparison.selection) {
+      const auto& c = *t.comparison.selection;
+      s += fmt::format("  {:<34} {:>6} jaccard mean {:.4f} min {:.4f} (position row {}), {} differing entries\n",
+                       short_name, t.verdict.pass ? "ok" : "FAIL", c.mean_jaccard, c.min_jaccard, c.min_jaccard_row,
+                       c.differing);
+    } else if (t.comparison.tensor) {
+      const auto& c = *t.comparison.tensor;
+      const std::string where =
+          c.max_abs.flat >= 0 ? fmt::format("[{}] {:.17g} vs {:.17g}", fmt::join(c.max_abs.index, ","), c.max_abs.t,
+                                            c.max_abs.r)
+                              : "-";
+      s += fmt::format("  {:<34} {:>6} {:>11.3e} {:>11.3e} {:>11} {:>9} {:>3}/{:<4}  {}\n", short_name,
+                       t.verdict.pass ? (t.bitwise_equal ? "equal" : "ok") : "FAIL", c.max_abs_err, c.rel_l2,
+                       c.max_ulp, c.mismatches, c.t_nonfinite.nan, c.t_nonfinite.inf, where);
+      if (t.comparison.logits) {
+        const auto& lc = *t.comparison.logits;
+        s += fmt::format("  {:<34} {:>6} KL max {:.3e} (row {}), top-1 {}/{}, top-5 overlap {:.4f}\n", "", "",
+                         lc.max_kl, lc.max_kl_row, lc.top1_agree, lc.rows, lc.topk_overlap);
+      }
+    }
+    if (!t.verdict.pass)
+      for (const auto& line : t.verdict.lines()) s += fmt::format("      {}\n", line);
+  }
+  if (d.first_divergent_layer >= 0)
+    s += fmt::format("  first divergent layer (over tolerance): {}\n", d.first_divergent_layer);
+  if (d.first_inexact_layer >= 0) s += fmt::format("  first layer not bitwise equal: {}\n", d.first_inexact_layer);
+  return s;
+}
+
+std::string run_diffs_json(const std::vector<RunDiff>& diffs) {
+  std::string s = "[";
+  for (size_t i = 0; i < diffs.size(); ++i) {
+    const auto& d = diffs[i];
+    s += fmt::format("{}{{\"run\": {}, \"pass\": {}, \"first_divergent_layer\": {}, \"first_inexact_layer\": {}, "
+                     "\"problems\": [",
+                     i ? ", " : "", json_string(d.run), d.pass() ? "true" : "false", d.first_divergent_layer,
+                     d.first_inexact_layer);
+    for (size_t k = 0; k < d.problems.size(); ++k) s += (k ? ", " : "") + json_string(d.problems[k]);
+    s += "], \"tensors\": [";
+    for (size_t k = 0; k < d.tensors.size(); ++k) {
+      const auto& t = d.tensors[k];
+      s += fmt::format("{}{{\"name\": {}, \"bitwise_equal\": {}, \"verdict\": {}", k ? ", " : "", json_string(t.name),
+                       t.bitwise_equal ? "true" : "false", to_json(t.verdict));
+      if (t.comparison.tensor) s += ", \"metrics\": " + to_json(*t.comparison.tensor);
+      if (t.comparison.logits) s += ", \"logits\": " + to_json(*t.comparison.logits);
+      if (t.comparison.selection) s += ", \"selection\": " + to_json(*t.comparison.selection);
+      s += "}";
+    }
+    s += "]}";
+  }
+  return s + "]";
+}
+
+Policy exact_policy() {
+  return parse_policy_toml(R"([[rule]]
+pattern = "**"
+reason = "ced diff without --policy: any difference is reported as a failure"
+atol = 0
+rtol = 0
+min_jaccard = 1
+)",
+                           "<exact>");
+}
+
+}  // namespace ced

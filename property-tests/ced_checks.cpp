@@ -1,0 +1,293 @@
+#include "property-tests/ced_checks.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "io/hdf5_file.hpp"
+#include "oracle/analytic.hpp"
+
+namespace ced::prop {
+namespace {
+
+const LayerCapture& layer_of(const RunResult& r, int64_t l) { return r.layers[size_t(l)]; }
+
+std::string compare_runs_bitwise(const RunResult& a, const RunResult& b, const char* what) {
+  if (a.positions != b.positions) return fmt::format("{}: logits positions differ", what);
+  if (!bits_equal(a.logits, b.logits)) return fmt::format("{}: logits differ", what);
+  for (size_t l = 0; l < std::min(a.layers.size(), b.layers.size()); ++l) {
+    const auto &x = a.layers[l], &y = b.layers[l];
+    if (x.positions != y.positions) return fmt::format("{}: layer {} positions differ", what, l);
+    if (!bits_equal(x.out, y.out)) return fmt::format("{}: layer {} out differs", what, l);
+    if (x.has_topk && x.topk != y.topk) return fmt::format("{}: layer {} topk differs", what, l);
+  }
+  return "";
+}
+
+bool last_finite(const RunResult& r) { return r.logits.row(r.logits.rows() - 1).allFinite(); }
+
+// Smallest K in [1, N] with pred(K) true, assuming monotone; -1 if none.
+template <class Pred>
+int64_t min_true(int64_t N, Pred pred) {
+  if (!pred(N)) return -1;
+  int64_t lo = 1, hi = N;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (pred(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+RunRequest ced_req(const Model& m, int64_t N, int64_t K, int64_t decode, bool poison, bool last_only) {
+  RunRequest r = m.request(Mode::Ced, N, std::to_string(K), decode);
+  r.poison_truncated = poison;
+  if (last_only) r.logits = LogitsScope::Last;
+  return r;
+}
+
+}  // namespace
+
+std::string check_replay_full_equals_full(const Model& m, int64_t N) {
+  return compare_runs_bitwise(m.full(N, 0, true), m.ced(N, "full", 0, true), "ced replay=full vs full");
+}
+
+std::string check_cone(const Model& m, int64_t N, int64_t K) {
+  const RunResult full = m.full(N, 0, true);
+  const RunResult real = m.ced(N, std::to_string(K), 0, true);
+  const RunResult probe = m.ced(N, std::to_string(K), 0, true, /*poison=*/true);
+  const int64_t s = N - std::min(N, K);
+  for (int64_t l = 0; l < m.p.E; ++l)
+    if (!bits_equal(layer_of(full, l).out, layer_of(real, l).out))
+      return fmt::format("encoder layer {} differs from full mode", l);
+  for (int64_t k = 0; k < m.p.D; ++k) {
+    const int64_t l = m.p.E + k;
+    const auto &f = layer_of(full, l), &r = layer_of(real, l), &pr = layer_of(probe, l);
+    if (r.positions.empty() || r.positions.front() != s || r.positions.back() != N - 1)
+      return fmt::format("layer {}: decoder evaluated {}..{}, replay is {}..{}", l, r.positions.front(),
+                         r.positions.back(), s, N - 1);
+    for (int64_t p = s; p < N; ++p) {
+      const bool exact = cone_exact(m.p, k, p, s);
+      if (exact && !rows_equal(f.out, f.positions, r.out, r.positions, p))
+        return fmt::format("layer {} p {} s {}: inside the cone but differs from full", l, p, s);
+      if (exact != row_finite(pr.out, pr.positions, p))
+        return fmt::format("layer {} p {} s {}: cone says {}, the dependency probe says {}", l, p, s,
+                           exact ? "exact" : "inexact", exact ? "inexact" : "exact");
+      if (!exact && k == 0 && rows_equal(f.out, f.positions, r.out, r.positions, p))
+        return fmt::format("layer {} p {} s {}: truncated window but bitwise equal to full", l, p, s);
+    }
+  }
+  return "";
+}
+
+std::string check_min_exact_replay(const Model& m, int64_t N) {
+  const int64_t want = predicted_min_exact_replay(m.p, N);
+  const int64_t got = min_true(N, [&](int64_t K) { return last_finite(m.run(ced_req(m, N, K, 0, true, true))); });
+  if (got != want) return fmt::format("N {}: minimal exact replay found {}, oracle {}", N, got, want);
+  if (want > 1 && last_finite(m.run(ced_req(m, N, want - 1, 0, true, true))))
+    return fmt::format("N {}: replay {} already exact", N, want - 1);
+  auto full = m.request(Mode::Full, N);
+  full.logits = LogitsScope::Last;
+  if (!bits_equal(m.run(full).logits, m.run(ced_req(m, N, want, 0, false, true)).logits))
+    return fmt::format("N {}: replay {} last logits differ from full", N, want);
+  return "";
+}
+
+std::string check_decode_bound(const Model& m, int64_t N, int64_t steps) {
+  const int64_t want = predicted_min_exact_decode_replay(m.p, N);
+  auto decode_exact = [&](int64_t K) {
+    const RunResult r = m.run(ced_req(m, N, K, steps, true, true));
+    return r.logits.bottomRows(steps).allFinite();
+  };
+  const int64_t got = min_true(N, decode_exact);
+  if (got != want) return fmt::format("N {}: minimal exact-decode replay found {}, oracle {}", N, got, want);
+  if (want > 1 && decode_exact(want - 1)) return fmt::format("N {}: replay {} already decodes exactly", N, want - 1);
+  const RunResult full = m.full(N, steps);
+  const RunResult ced = m.run(ced_req(m, N, want, steps, false, false));
+  if (!bits_equal(full.logits.bottomRows(steps), ced.logits.bottomRows(steps)))
+    return fmt::format("N {}: decode after replay {} differs from decode after full", N, want);
+  return "";
+}
+
+std::string check_bounded_equals_exact_short(const Model& m, int64_t N) {
+  return compare_runs_bitwise(m.ced(N, "bounded", 1, true), m.ced(N, "exact", 1, true),
+                              "bounded vs exact with N <= W");
+}
+
+std::string check_source_only_write(const Model& m, int64_t N) {
+  auto fr = m.request(Mode::Full, N), cr = m.request(Mode::Ced, N, "bounded");
+  fr.want_cache = cr.want_cache = true;
+  const RunResult f = m.run(fr), c = m.run(cr);
+  for (size_t i = 0; i < f.cache->sources.size(); ++i) {
+    const auto &a = f.cache->sources[i], &b = c.cache->sources[i];
+    if (!bits_equal(a.entries, b.entries) || !bits_equal(a.index_keys, b.index_keys) ||
+        !bits_equal(a.pending_c, b.pending_c) || !bits_equal(a.pending_z, b.pending_z))
+      return fmt::format("kv source {}: ced entries differ from full mode's", a.layer);
+  }
+  return "";
+}
+
+std::string check_reuse_selection(const Model& m, int64_t N) {
+  for (const RunResult& r : {m.full(N, 1, true), m.ced(N, "bounded", 1, true)})
+    for (const auto& lp : m.p.layers) {
+      if (lp.role != Role::Reuse) continue;
+      const auto &a = layer_of(r, lp.layer), &b = layer_of(r, lp.idx_src);
+      if (a.positions != b.positions || a.topk != b.topk)
+        return fmt::format("Reuse layer {}: selection differs from idx_src {}", lp.layer, lp.idx_src);
+    }
+  return "";
+}
+
+std::string check_shared_kv(const Config& c, int64_t N, Fault fault) {
+  const int64_t E = c.n_encoder_layers, L = c.n_layers, r = c.compress_ratios[size_t(E)];
+  Config x = c, y = c;
+  std::vector<int64_t> kv, idx;
+  for (int64_t l : c.kv_source_layers)
+    if (l < E) kv.push_back(l);
+  for (int64_t l : c.index_source_layers)
+    if (l < E) idx.push_back(l);
+  std::vector<int64_t> dec;
+  for (int64_t l = E; l < L; ++l) dec.push_back(l);
+  for (Config* z : {&x, &y}) {
+    for (int64_t l = E; l < L; ++l) z->compress_ratios[size_t(l)] = r;
+    z->index_source_layers = idx;
+    z->index_source_layers.insert(z->index_source_layers.end(), dec.begin(), dec.end());
+    if (z->candidate_source_layer >= 0 && z->candidate_source_layer < E) z->candidate_source_layer = E;
+  }
+  x.kv_source_layers = kv;
+  x.kv_source_layers.insert(x.kv_source_layers.end(), dec.begin(), dec.end());  // formula (1): every decoder layer projects from x̂_E
+  y.kv_source_layers = kv;
+  y.kv_source_layers.push_back(E);  // CSA2: decoder layers above E are Reindex layers
+  x.tie_decoder_kv = true;
+  y.tie_decoder_kv = false;
+  Config untied = x;
+  untied.tie_decoder_kv = false;
+  validate(x);
+  validate(y);
+  const Model mx(x, true, fault), my(y, true, fault), mu(untied, true, fault);
+  const RunResult rx = mx.full(N, 1), ry = my.full(N, 1);
+  if (!bits_equal(rx.logits, ry.logits)) return "tied decoder kv sources differ from Reindex layers over layer E";
+  const RunResult cx = mx.ced(N, "bounded", 1), cy = my.ced(N, "bounded", 1);
+  if (!bits_equal(cx.logits, cy.logits)) return "ced: tied decoder kv sources differ from Reindex layers";
+  // Untied sources have their own compressor weights, so once a decoder layer
+  // above E sees an entry the outputs must move.
+  if (L - E >= 2 && N >= r && !c.tie_decoder_kv) {
+    if (bits_equal(mu.full(N, 1).logits, rx.logits)) return "untied decoder kv sources equal the tied ones";
+  }
+  return "";
+}
+
+std::string check_resume_short_prefix(const Model& m, int64_t N, int64_t P) {
+  auto rr = m.request(Mode::Resume, N, "bounded", 1);
+  rr.prefix_len = P;
+  const RunResult res = m.run(rr);
+  const RunResult ced = m.ced(N, "bounded", 1);
+  if (res.positions != ced.positions || !bits_equal(res.logits, ced.logits))
+    return fmt::format("resume P {} <= W differs from ced from scratch (N {})", P, N);
+  return "";
+}
+
+std::string check_resume_saved_cache(const Model& m, int64_t N, int64_t P) {
+  auto rr = m.request(Mode::Resume, N, "bounded", 2);
+  rr.prefix_len = P;
+  rr.want_cache = true;
+  const RunResult mem = m.run(rr);
+  const auto path = std::filesystem::temp_directory_path() / fmt::format("ced-cache-{}.h5", ::getpid());
+  CacheFile cf;
+  cf.generator = "ced_checks";
+  cf.config = m.c;
+  cf.weight_seed = kWeightSeed;
+  cf.cache = *mem.cache;
+  write_cache_file(path, cf);
+  const CacheFile back = read_cache_file(path);
+  std::filesystem::remove(path);
+  rr.cache_in = std::make_shared<PersistedCache>(back.cache);
+  rr.want_cache = false;
+  const RunResult loaded = m.run(rr);
+  if (!bits_equal(mem.logits, loaded.logits)) return "resume through a saved cache differs from resume in memory";
+  return "";
+}
+
+std::string check_flops(const Model& m, int64_t N) {
+  std::vector<RunRequest> reqs;
+  reqs.push_back(m.request(Mode::Full, N, "none", 2));
+  reqs.push_back(m.request(Mode::Ced, N, "bounded", 1));
+  reqs.push_back(m.request(Mode::Ced, N, std::to_string(std::max<int64_t>(1, N / 3)), 0));
+  auto res = m.request(Mode::Resume, N, "exact", 1);
+  res.prefix_len = N / 2;
+  reqs.push_back(res);
+  reqs[1].logits = LogitsScope::Last;
+  for (const auto& r : reqs) {
+    const FlopCount got = m.run(r).flops;
+    const FlopCount want = flop_model(m.c, m.p, flop_query(r));
+    for (size_t l = 0; l < want.per_layer.size(); ++l)
+      for (int k = 0; k < kFlopKinds; ++k)
+        if (got.per_layer[l][size_t(k)] != want.per_layer[l][size_t(k)])
+          return fmt::format("{} N {}: layer {} {}: counted {}, oracle {}", mode_name(r.mode), N, l, flop_kind_name(k),
+                             got.per_layer[l][size_t(k)], want.per_layer[l][size_t(k)]);
+  }
+  return "";
+}
+
+std::string check_decode_equals_prefill(const Model& m, int64_t N, int64_t K) {
+  const RunResult dec = m.full(N, K), longer = m.full(N + K);
+  if (!bits_equal(dec.logits.bottomRows(K), longer.logits.bottomRows(K)))
+    return "decode after full prefill differs from a longer full prefill";
+  return "";
+}
+
+Spans empirical_spans(const Model& m, int64_t N, int64_t P,
+                      const std::function<void(const std::string&)>& progress) {
+  auto say = [&](const std::string& what, int64_t K, bool ok) {
+    if (progress) progress(fmt::format("{} B = {}: {}", what, K, ok ? "exact" : "inexact"));
+  };
+  Spans s;
+  s.exact_last = min_true(N, [&](int64_t K) {
+    const bool ok = last_finite(m.run(ced_req(m, N, K, 0, true, true)));
+    say("decoder, last logits (probe)", K, ok);
+    return ok;
+  });
+  s.exact_decode = min_true(N, [&](int64_t K) {
+    const bool ok = m.run(ced_req(m, N, K, 1, true, true)).logits.bottomRows(1).allFinite();
+    say("decoder, next decode step (probe)", K, ok);
+    return ok;
+  });
+  auto full = m.request(Mode::Full, N);
+  full.logits = LogitsScope::Last;
+  const MatD want = m.run(full).logits;
+  s.numeric_last = min_true(N, [&](int64_t K) {
+    const bool ok = bits_equal(m.run(ced_req(m, N, K, 0, false, true)).logits, want);
+    say("decoder, last logits (bitwise)", K, ok);
+    return ok;
+  });
+  if (P > 0 && N > P) {
+    RunRequest base = m.request(Mode::Resume, N, "bounded");
+    base.prefix_len = P;
+    base.want_cache = true;
+    base.logits = LogitsScope::Last;
+    base.n_prompt = P;  // the cache of the first P tokens, computed once
+    base.tokens.resize(size_t(P));
+    auto cache = m.run(base).cache;
+    // H_E rows are layer E-1's output; the resume's encoder replay length varies.
+    auto hidden_finite = [&](int64_t Kr, int64_t pos) {
+      RunRequest r = m.request(Mode::Resume, N, "bounded");
+      r.prefix_len = P;
+      r.resume_replay = Kr;
+      r.poison_truncated = true;
+      r.capture_layers = true;
+      r.logits = LogitsScope::Last;
+      r.cache_in = cache;
+      const RunResult res = m.run(r);
+      const auto& cap = res.layers[size_t(m.p.E - 1)];
+      const bool ok = row_finite(cap.out, cap.positions, pos);
+      say(pos < P ? "encoder resume, H_E at P-1 (probe)" : "encoder resume, H_E at P (probe)", Kr, ok);
+      return ok;
+    };
+    s.enc_exact_hidden = min_true(P, [&](int64_t Kr) { return hidden_finite(Kr, P - 1); });
+    s.enc_exact_next = min_true(P, [&](int64_t Kr) { return hidden_finite(Kr, P); });
+  }
+  return s;
+}
+
+}  // namespace ced::prop

@@ -1,0 +1,106 @@
+// `ced diff`, `ced gate`, `ced golden` (SPEC §8–§10).
+#include <fmt/format.h>
+
+#include "io/hdf5_file.hpp"
+#include "model/error.hpp"
+#include "oracle/run_compare.hpp"
+#include "tools/common.hpp"
+#include "tools/golden_set.hpp"
+
+namespace ced::tools {
+
+Runner add_diff(CLI::App& app) {
+  struct Opts {
+    std::string a, b, policy, run;
+    bool json = false, verbose = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("diff", "compare two run files tensor by tensor (SPEC §8); A is judged against B");
+  sub->add_option("A", o->a, "run file under test")->required();
+  sub->add_option("B", o->b, "reference run file")->required();
+  sub->add_option("--policy", o->policy, "tolerance policy TOML (default: any difference fails)");
+  sub->add_option("--run", o->run, "compare only this run");
+  sub->add_flag("--json", o->json, "print JSON");
+  sub->add_flag("-v,--verbose", o->verbose, "list every tensor, not only failures");
+  return {sub, [o] {
+            const RunFile a = read_run_file(o->a), b = read_run_file(o->b);
+            const Policy policy = o->policy.empty() ? exact_policy() : load_policy_file(o->policy);
+            std::vector<std::pair<const NamedRun*, const NamedRun*>> pairs;
+            std::vector<std::string> problems;
+            if (a.runs.size() == 1 && b.runs.size() == 1 && o->run.empty()) {
+              pairs.emplace_back(&a.runs[0], &b.runs[0]);
+            } else {
+              for (const auto& ra : a.runs) {
+                if (!o->run.empty() && ra.name != o->run) continue;
+                const NamedRun* rb = b.find_run(ra.name);
+                if (!rb) problems.push_back(fmt::format("run '{}' is in {} only", ra.name, o->a));
+                else pairs.emplace_back(&ra, rb);
+              }
+              for (const auto& rb : b.runs)
+                if ((o->run.empty() || rb.name == o->run) && !a.find_run(rb.name))
+                  problems.push_back(fmt::format("run '{}' is in {} only", rb.name, o->b));
+            }
+            if (pairs.empty() && problems.empty())
+              throw InputError(fmt::format("--run: no run '{}' in both files", o->run));
+            if (to_toml(a.config) != to_toml(b.config)) problems.push_back("the files hold different configs");
+            std::vector<RunDiff> diffs;
+            for (auto [ra, rb] : pairs) diffs.push_back(diff_runs(ra->name, ra->result, rb->result, policy));
+            bool pass = problems.empty();
+            for (const auto& d : diffs) pass &= d.pass();
+            if (o->json) {
+              std::string probs;
+              for (const auto& p : problems) probs += (probs.empty() ? "" : ", ") + json_string(p);
+              std::printf("{\"pass\": %s, \"problems\": [%s], \"runs\": %s}\n", pass ? "true" : "false", probs.c_str(),
+                          run_diffs_json(diffs).c_str());
+            } else {
+              std::printf("ced diff %s (under test) vs %s (reference), policy %s\n", o->a.c_str(), o->b.c_str(),
+                          o->policy.empty() ? "exact" : o->policy.c_str());
+              for (const auto& p : problems) std::printf("problem: %s\n", p.c_str());
+              for (const auto& d : diffs) std::fputs(format_run_diff(d, o->verbose).c_str(), stdout);
+              std::printf("%s\n", pass ? "PASS" : "FAIL");
+            }
+            return pass ? 0 : 1;
+          }};
+}
+
+Runner add_gate(CLI::App& app) {
+  auto o = std::make_shared<GateOptions>();
+  auto dir = std::make_shared<std::string>(default_golden_dir().string());
+  auto fault = std::make_shared<std::string>("none");
+  auto* sub = app.add_subcommand("gate", "rerun every golden run on a backend and judge it under the golden policy");
+  sub->add_option("--golden", *dir, "golden directory")->capture_default_str();
+  sub->add_option("--backend", o->backend, "backend to gate")->capture_default_str();
+  sub->add_option("--policy", o->policy, "policy TOML (default: DIR/policy.toml, or policy-calibrated.toml)");
+  sub->add_option("--only", o->only, "FILE or FILE:RUN");
+  sub->add_flag("-v,--verbose", o->verbose, "print every tensor's metrics");
+  sub->add_option("--fault", *fault, "test only: inject a fault into the backend")->group("");
+  return {sub, [o, dir, fault] {
+            o->dir = *dir;
+            o->fault = parse_fault(*fault);
+            std::printf("ced gate: golden %s, backend %s\n", o->dir.c_str(), o->backend.c_str());
+            const GateReport rep = run_gate(*o);
+            std::printf("%lld runs, %lld passed, %zu failed\n", (long long)rep.runs, (long long)rep.passed,
+                        rep.failures.size());
+            if (!rep.failures.empty()) {
+              std::printf("failures:\n");
+              for (const auto& f : rep.failures)
+                std::printf("  %s:%s: %s\n    reproduce: %s\n", f.file.c_str(), f.run.c_str(), f.what.c_str(),
+                            f.reproduce.c_str());
+            }
+            return rep.failures.empty() ? 0 : 1;
+          }};
+}
+
+Runner add_golden(CLI::App& app) {
+  auto dir = std::make_shared<std::string>(default_golden_dir().string());
+  auto* sub = app.add_subcommand("golden", "golden files: `ced golden regenerate` is the one command that writes them");
+  auto* regen = sub->add_subcommand("regenerate", "rewrite every golden file with reference-f64");
+  regen->add_option("--dir", *dir, "golden directory")->capture_default_str();
+  sub->require_subcommand(1);
+  return {sub, [dir] {
+            regenerate_golden(*dir, true);
+            return 0;
+          }};
+}
+
+}  // namespace ced::tools

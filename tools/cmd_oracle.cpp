@@ -1,0 +1,92 @@
+// `ced oracle` (SPEC §7) and `ced spans` (SPEC §4, §6: the spans found on the model).
+#include <fmt/format.h>
+
+#include "model/error.hpp"
+#include "oracle/analytic.hpp"
+#include "property-tests/ced_checks.hpp"
+#include "tools/common.hpp"
+
+namespace ced::tools {
+
+Runner add_oracle(CLI::App& app) {
+  struct Opts {
+    std::string config;
+    std::vector<int64_t> tokens;
+    int64_t prefix = -1;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("oracle", "the analytic oracle of SPEC §7: spans, work, ratios, cache, cone");
+  sub->add_option("--config", o->config, "built-in name or TOML file")->required();
+  sub->add_option("--tokens", o->tokens, "prompt lengths N (default 256 32768 1000000)");
+  sub->add_option("--prefix", o->prefix, "prefix P for the encoder-replay spans (default 4W)");
+  sub->add_flag("--json", o->json, "print JSON instead of the table");
+  return {sub, [o] {
+            const Config c = load_config(o->config);
+            std::vector<int64_t> Ns = o->tokens;
+            if (Ns.empty()) Ns = {256, 32768, 1000000};
+            const int64_t P = o->prefix >= 0 ? o->prefix : 4 * c.window;
+            const OracleTable t = oracle_table(c, Ns, P);
+            std::fputs((o->json ? oracle_table_json(t) + "\n" : format_oracle_table(t)).c_str(), stdout);
+            return 0;
+          }};
+}
+
+Runner add_spans(CLI::App& app) {
+  struct Opts {
+    std::string config;
+    bool empirical = false;
+    int64_t tokens = -1, prefix = -1;
+    uint64_t weight_seed = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("spans", "replay spans: the oracle's, and with --empirical the ones found on the model");
+  sub->add_option("--config", o->config, "built-in name or TOML file")->required();
+  sub->add_flag("--empirical", o->empirical, "search the real model (reference backend) over replay lengths");
+  sub->add_option("--tokens", o->tokens, "prompt length N of the search (default: past every span)");
+  sub->add_option("--prefix", o->prefix, "prefix P of the encoder-resume search (default 1 + E(W-1) + W)");
+  sub->add_option("--weight-seed", o->weight_seed, "weight_seed of SPEC §2")->capture_default_str();
+  return {sub, [o] {
+            const Config c = load_config(o->config);
+            const Plan p = make_plan(c);
+            const int64_t R = p.exact_replay(), Db = p.exact_decode_replay();
+            const int64_t encH = 1 + p.E * (p.W - 1), encN = p.E * (p.W - 1);
+            const int64_t P = o->prefix >= 0 ? o->prefix : encH + p.W;
+            const int64_t N = o->tokens >= 0 ? o->tokens : std::max(R, P) + p.W;
+            if (o->empirical) check_fits_in_memory(c, N, "reference");
+            std::printf("config %s: L = %lld, E = %lld, D = %lld, W = %lld\n", c.name.c_str(), (long long)p.L,
+                        (long long)p.E, (long long)p.D, (long long)p.W);
+            prop::Spans s;
+            if (o->empirical) {
+              if (P >= N) throw InputError(fmt::format("--prefix: P = {} must be below N = {}", P, N));
+              std::printf("searching N = %lld, P = %lld, weight_seed %llu (reference f32; the probe marks the entries a "
+                          "truncated window leaves out as NaN)\n",
+                          (long long)N, (long long)P, (unsigned long long)o->weight_seed);
+              std::fflush(stdout);
+              const prop::Model m(c, false, Fault::None, o->weight_seed);
+              Stopwatch sw;
+              s = prop::empirical_spans(m, N, P, [&](const std::string& line) {
+                std::fprintf(stderr, "  [%6.1fs] %s\n", sw.seconds(), line.c_str());
+              });
+            }
+            auto row = [&](const char* what, int64_t oracle, int64_t found) {
+              if (!o->empirical) return std::printf("%-58s %8lld\n", what, (long long)oracle), true;
+              std::printf("%-58s %8lld %8lld  %s\n", what, (long long)oracle, (long long)found,
+                          oracle == found ? "ok" : "MISMATCH");
+              return oracle == found;
+            };
+            std::printf("%-58s %8s%s\n", "span", "oracle", o->empirical ? "    found" : "");
+            bool ok = true;
+            ok &= row("decoder: exact last-position logits, R = 1 + D(W-1)", std::min(N, R), s.exact_last);
+            ok &= row("decoder: exact next decode step, D(W-1)", std::max<int64_t>(1, std::min(N, Db)), s.exact_decode);
+            ok &= row("encoder resume: exact H_E at P-1, 1 + E(W-1)", std::min(P, encH), s.enc_exact_hidden);
+            ok &= row("encoder resume: exact first new position, E(W-1)", std::max<int64_t>(1, std::min(P, encN)),
+                      s.enc_exact_next);
+            if (o->empirical)
+              std::printf("%-58s %8s %8lld  (f32 rounding absorbs the far end of the cone)\n",
+                          "decoder: last logits bitwise equal, plain arithmetic", "-", (long long)s.numeric_last);
+            return ok ? 0 : 1;
+          }};
+}
+
+}  // namespace ced::tools

@@ -1,0 +1,111 @@
+// `ced run` (SPEC §10): one run of one backend, written as HDF5 (SPEC §9).
+#include <fmt/format.h>
+
+#include "io/hdf5_file.hpp"
+#include "model/error.hpp"
+#include "model/weights.hpp"
+#include "tools/common.hpp"
+
+namespace ced::tools {
+
+Runner add_run(CLI::App& app) {
+  struct Opts {
+    ModelOptions model;
+    int64_t tokens = 0;
+    std::string mode = "full", replay, backend = "reference", capture = "none", run_name, out, logits = "all";
+    int64_t prefix = -1, decode = 0, resume_replay = -1;
+    bool weights = false;
+    std::string fault = "none", cache_out, cache_in;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("run", "run one prefill (and decode) on one backend and write it as HDF5");
+  o->model.add(sub);
+  sub->add_option("--tokens", o->tokens, "prompt length N")->required();
+  sub->add_option("--mode", o->mode, "full | ced | resume")->capture_default_str();
+  sub->add_option("--replay", o->replay, "bounded | exact | full | K (ced, resume; default bounded)");
+  sub->add_option("--prefix", o->prefix, "resume: cached prefix length P");
+  sub->add_option("--resume-replay", o->resume_replay, "resume: encoder replay length (default W, SPEC §6)");
+  sub->add_option("--decode", o->decode, "teacher-forced decode steps after the prefill")->capture_default_str();
+  sub->add_option("--backend", o->backend, "reference | reference-f64 | cuda | cuda-bf16")->capture_default_str();
+  sub->add_option("--capture", o->capture, "none | layers")->capture_default_str();
+  sub->add_option("--logits", o->logits, "all | last: prefill positions whose logits are kept")->capture_default_str();
+  sub->add_flag("--weights", o->weights, "also store every weight tensor (/weights)");
+  sub->add_option("--run", o->run_name, "run name in the file (default: the mode and replay)");
+  sub->add_option("--out", o->out, "output HDF5 file")->required();
+  sub->add_option("--cache-in", o->cache_in, "resume: read the persisted cache from this file");
+  sub->add_option("--cache-out", o->cache_out, "write the persisted cache (SPEC §6) to this file");
+  sub->add_option("--fault", o->fault, "test only: inject a fault (negative controls)")->group("");
+  return {sub, [o] {
+            const Config c = o->model.load();
+            RunRequest r;
+            r.mode = parse_mode(o->mode);
+            r.replay = ReplayPolicy::parse(r.mode == Mode::Full ? (o->replay.empty() ? "none" : o->replay)
+                                                                : (o->replay.empty() ? "bounded" : o->replay));
+            r.n_prompt = o->tokens;
+            r.prefix_len = o->prefix;
+            r.resume_replay = o->resume_replay;
+            r.decode_steps = o->decode;
+            if (o->capture != "none" && o->capture != "layers")
+              throw InputError(fmt::format("--capture: '{}' is not none or layers", o->capture));
+            r.capture_layers = o->capture == "layers";
+            if (o->logits != "all" && o->logits != "last")
+              throw InputError(fmt::format("--logits: '{}' is not all or last", o->logits));
+            r.logits = o->logits == "last" ? LogitsScope::Last : LogitsScope::All;
+            r.fault = parse_fault(o->fault);
+            r.want_cache = !o->cache_out.empty();
+            if (r.n_prompt < 1) throw InputError("--tokens: N must be >= 1");
+            if (r.decode_steps < 0) throw InputError("--decode: must be >= 0");
+            r.tokens = make_tokens(o->model.token_seed, c.vocab_size, r.n_prompt + r.decode_steps);
+            if (!o->cache_in.empty()) {
+              const CacheFile cf = read_cache_file(o->cache_in);
+              if (to_toml(cf.config) != to_toml(c) || cf.weight_seed != o->model.weight_seed)
+                throw InputError(fmt::format("--cache-in: '{}' was written for another config or weight seed", o->cache_in));
+              r.cache_in = std::make_shared<PersistedCache>(cf.cache);
+            }
+            validate_request(c, r);
+            check_fits_in_memory(c, r.n_prompt + r.decode_steps, o->backend);
+            std::printf("config %s, weight_seed %llu, token_seed %llu, backend %s\n", c.name.c_str(),
+                        (unsigned long long)o->model.weight_seed, (unsigned long long)o->model.token_seed,
+                        o->backend.c_str());
+            auto be = make_backend(o->backend, c, o->model.weight_seed);
+            Stopwatch sw;
+            RunResult res = be->run(r);
+            const double secs = sw.seconds();
+            RunFile f;
+            f.generator = fmt::format("ced run (ced-harness {})", CED_VERSION);
+            f.config = c;
+            f.tokens = r.tokens;
+            f.weight_seed = o->model.weight_seed;
+            f.token_seed = o->model.token_seed;
+            f.weights_dtype = o->weights ? res.dtype : "";
+            std::string name = o->run_name;
+            if (name.empty()) name = r.mode == Mode::Full ? "full" : fmt::format("{}-{}", mode_name(r.mode), r.replay.str());
+            f.runs.push_back({name, res});
+            write_run_file(o->out, f);
+            if (!o->cache_out.empty()) {
+              CacheFile cf;
+              cf.generator = f.generator;
+              cf.config = c;
+              cf.weight_seed = o->model.weight_seed;
+              cf.cache = *res.cache;
+              write_cache_file(o->cache_out, cf);
+            }
+            const int64_t N = r.n_prompt;
+            std::printf("mode %s, N = %lld, replay %s (n_replay %lld, replay start s = %lld), decode %lld\n",
+                        mode_name(r.mode), (long long)N, res.replay.str().c_str(), (long long)res.n_replay,
+                        (long long)res.replay_start, (long long)r.decode_steps);
+            std::printf("%.3f s, %.1f tokens/s, %.3g FLOP (SPEC §7 model), %.2f GFLOP/s\n", secs,
+                        double(N + r.decode_steps) / secs, double(res.flops.total()),
+                        double(res.flops.total()) / secs / 1e9);
+            const auto last = res.logits.row(res.logits.rows() - 1);
+            Eigen::Index arg = 0;
+            last.maxCoeff(&arg);
+            std::printf("logits [%lld, %lld] at positions %lld..%lld; last position argmax %lld, all finite: %s\n",
+                        (long long)res.logits.rows(), (long long)res.logits.cols(), (long long)res.positions.front(),
+                        (long long)res.positions.back(), (long long)arg, res.logits.allFinite() ? "yes" : "NO");
+            std::printf("wrote %s (run '%s')\n", o->out.c_str(), name.c_str());
+            return 0;
+          }};
+}
+
+}  // namespace ced::tools

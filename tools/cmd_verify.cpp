@@ -1,0 +1,112 @@
+// `ced verify`: the main job. On the embedded default config: the config and
+// layer plan, the oracle table, a quick property run, the golden gate, a
+// replay-drift summary and, with a GPU, the CUDA side-by-side. Exit 1 if any
+// part fails.
+#include <fmt/format.h>
+
+#include "model/error.hpp"
+#include "oracle/analytic.hpp"
+#include "property-tests/ced_checks.hpp"
+#include "tools/common.hpp"
+#include "tools/golden_set.hpp"
+#include "tools/replay_sweep.hpp"
+
+namespace ced::tools {
+namespace {
+
+constexpr const char* kDefaultConfig = "v41-shape";
+
+void heading(const std::string& s) { std::printf("\n== %s\n", s.c_str()); }
+
+// The CED checks on one config at lengths past its spans; returns failures.
+std::vector<std::string> quick_properties(const Config& c) {
+  const prop::Model m(c, true);
+  const int64_t R = m.p.exact_replay(), N = 2 * R + 1;
+  std::vector<std::pair<std::string, std::function<std::string()>>> checks = {
+      {"ced replay=full equals full, bitwise", [&] { return prop::check_replay_full_equals_full(m, N); }},
+      {"exactness cone (bitwise inside, dependency outside)", [&] { return prop::check_cone(m, N, m.p.W + 1); }},
+      {"minimal exact replay = min(N, R)", [&] { return prop::check_min_exact_replay(m, N); }},
+      {"decode exact iff B >= D(W-1)", [&] { return prop::check_decode_bound(m, N, 2); }},
+      {"bounded = exact when N <= W", [&] { return prop::check_bounded_equals_exact_short(m, m.p.W); }},
+      {"source-only write = full mode's entries", [&] { return prop::check_source_only_write(m, N); }},
+      {"Reuse layers take their source's selection", [&] { return prop::check_reuse_selection(m, N); }},
+      {"shared KV: tied sources = Reindex layers", [&] { return prop::check_shared_kv(c, N); }},
+      {"resume with P <= W = ced from scratch", [&] { return prop::check_resume_short_prefix(m, N, m.p.W); }},
+      {"resume through a saved cache = in memory", [&] { return prop::check_resume_saved_cache(m, N, N / 2); }},
+      {"FLOP counter = oracle FLOP model", [&] { return prop::check_flops(m, N); }},
+      {"decode = longer prefill, bitwise", [&] { return prop::check_decode_equals_prefill(m, N, 3); }},
+  };
+  std::vector<std::string> failures;
+  for (const auto& [name, run] : checks) {
+    const std::string msg = run();
+    std::printf("  %-4s %-8s %s%s\n", msg.empty() ? "ok" : "FAIL", c.name.c_str(), name.c_str(),
+                msg.empty() ? "" : (": " + msg).c_str());
+    if (!msg.empty()) failures.push_back(c.name + ": " + name + ": " + msg);
+  }
+  return failures;
+}
+
+}  // namespace
+
+Runner add_verify(CLI::App& app) {
+  struct Opts {
+    std::string config = kDefaultConfig;
+    std::string golden = default_golden_dir().string();
+    bool skip_drift = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("verify", "the main job: plan, oracle, properties, golden gate, replay drift, CUDA");
+  sub->add_option("--config", o->config, "config whose plan, oracle and drift are reported")->capture_default_str();
+  sub->add_option("--golden", o->golden, "golden directory")->capture_default_str();
+  sub->add_flag("--skip-drift", o->skip_drift, "skip the replay-drift summary");
+  return {sub, [o] {
+            Stopwatch sw;
+            std::vector<std::string> failures;
+            const Config c = load_config(o->config);
+            const Plan p = make_plan(c);
+            std::printf("ced verify (ced-harness %s): config %s\n", CED_VERSION, c.name.c_str());
+            heading("layer plan");
+            std::fputs(describe_plan(p).c_str(), stdout);
+            heading("oracle (SPEC §7)");
+            std::fputs(format_oracle_table(oracle_table(c, {256, 4096, 32768}, 4 * c.window)).c_str(), stdout);
+            heading("CED properties (reference-f64, bitwise)");
+            for (const char* name : {"tiny", "small"}) {
+              auto f = quick_properties(builtin_config(name));
+              failures.insert(failures.end(), f.begin(), f.end());
+            }
+            heading("golden gate (reference-f64 against " + o->golden + ")");
+            GateOptions g;
+            g.dir = o->golden;
+            const GateReport rep = run_gate(g);
+            std::printf("  %lld runs, %lld passed\n", (long long)rep.runs, (long long)rep.passed);
+            for (const auto& f : rep.failures) failures.push_back(fmt::format("gate {}:{}: {} ({})", f.file, f.run, f.what, f.reproduce));
+            if (!o->skip_drift) {
+              heading("replay drift: bounded (B = W) vs exact recovery");
+              SweepOptions s;
+              s.lengths = {c.window, 4 * c.window, p.exact_replay(), 2 * p.exact_replay()};
+              s.prefixes = {c.window / 2, c.window, 4 * c.window};
+              s.decode = 2;
+              check_fits_in_memory(c, s.lengths.back() + s.decode, s.backend);
+              const auto rows = replay_sweep(c, s);
+              std::fputs(drift_table(rows).c_str(), stdout);
+              for (const auto& r : rows)
+                if (!std::isfinite(r.rel_l2)) failures.push_back(fmt::format("drift: non-finite at N = {}", r.n_prompt));
+            }
+            heading("CUDA side by side");
+            if (!cuda_available()) {
+              std::printf("  skipped: no CUDA device (or a build without CUDA)\n");
+            } else {
+              GateOptions gc = g;
+              gc.backend = "cuda";
+              const GateReport rc = run_gate(gc);
+              std::printf("  cuda: %lld runs, %lld passed\n", (long long)rc.runs, (long long)rc.passed);
+              for (const auto& f : rc.failures) failures.push_back(fmt::format("cuda gate {}:{}: {}", f.file, f.run, f.what));
+            }
+            heading("summary");
+            for (const auto& f : failures) std::printf("  FAIL %s\n", f.c_str());
+            std::printf("%s (%.1f s)\n", failures.empty() ? "PASS: every check passed" : "FAIL", sw.seconds());
+            return failures.empty() ? 0 : 1;
+          }};
+}
+
+}  // namespace ced::tools

@@ -1,0 +1,158 @@
+#include "tools/golden_set.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "model/error.hpp"
+#include "model/weights.hpp"
+#include "oracle/run_compare.hpp"
+#include "tools/common.hpp"
+
+#ifndef CED_SOURCE_DIR
+#define CED_SOURCE_DIR "."
+#endif
+
+namespace ced::tools {
+
+const std::vector<GoldenRecipe>& golden_recipes() {
+  // Lengths past R = 1 + D(W-1) (tiny 13, small 43) so bounded and exact
+  // replay differ; v41-shape past W with the last logits only, to stay small.
+  static const std::vector<GoldenRecipe> r = {
+      {"tiny", 1, 2, 17, 3, 11, true, LogitsScope::All},
+      {"small", 1, 2, 61, 3, 29, true, LogitsScope::All},
+      {"v41-shape", 1, 2, 150, 2, 140, false, LogitsScope::Last},
+  };
+  return r;
+}
+
+std::vector<std::pair<std::string, RunRequest>> golden_requests(const GoldenRecipe& g, const Config& c) {
+  auto req = [&](Mode mode, const char* replay, int64_t decode) {
+    RunRequest r;
+    r.mode = mode;
+    r.replay = ReplayPolicy::parse(replay);
+    r.n_prompt = g.n_prompt;
+    r.decode_steps = decode;
+    r.capture_layers = g.capture;
+    r.logits = g.logits;
+    r.tokens = make_tokens(g.token_seed, c.vocab_size, g.n_prompt + decode);
+    return r;
+  };
+  std::vector<std::pair<std::string, RunRequest>> out;
+  out.emplace_back("full", req(Mode::Full, "none", g.decode));
+  out.emplace_back("ced-bounded", req(Mode::Ced, "bounded", 0));
+  out.emplace_back("ced-exact", req(Mode::Ced, "exact", 0));
+  out.emplace_back("ced-bounded-decode", req(Mode::Ced, "bounded", g.decode));
+  auto res = req(Mode::Resume, "bounded", g.decode);
+  res.prefix_len = g.prefix;
+  out.emplace_back("resume", res);
+  return out;
+}
+
+RunRequest request_of(const RunFile& f, const RunResult& s) {
+  RunRequest r;
+  r.mode = s.mode;
+  r.replay = s.replay;
+  r.n_prompt = s.n_prompt;
+  r.prefix_len = s.mode == Mode::Resume ? s.prefix_len : -1;
+  r.decode_steps = s.decode_steps;
+  r.capture_layers = !s.layers.empty();
+  const int64_t N = s.n_prompt;
+  r.logits = (!s.positions.empty() && s.positions.front() == N - 1 && s.replay_start < N - 1) ? LogitsScope::Last
+                                                                                              : LogitsScope::All;
+  if (int64_t(f.tokens.size()) < N + s.decode_steps)
+    throw InputError(fmt::format("/inputs/tokens: {} tokens, run needs {}", f.tokens.size(), N + s.decode_steps));
+  r.tokens.assign(f.tokens.begin(), f.tokens.begin() + N + s.decode_steps);
+  return r;
+}
+
+std::filesystem::path default_golden_dir() { return std::filesystem::path(CED_SOURCE_DIR) / "golden"; }
+
+void regenerate_golden(const std::filesystem::path& dir, bool verbose) {
+  if (!std::filesystem::is_directory(dir)) throw InputError(fmt::format("golden: '{}' is not a directory", dir.string()));
+  for (const auto& g : golden_recipes()) {
+    const Config c = builtin_config(g.config);
+    auto be = make_backend("reference-f64", c, g.weight_seed);
+    RunFile f;
+    f.generator = fmt::format("ced golden regenerate (ced-harness {}; reference-f64)", CED_VERSION);
+    f.config = c;
+    f.weight_seed = g.weight_seed;
+    f.token_seed = g.token_seed;
+    f.tokens = make_tokens(g.token_seed, c.vocab_size, g.n_prompt + g.decode);
+    for (auto& [name, req] : golden_requests(g, c)) f.runs.push_back({name, be->run(req)});
+    const auto path = dir / (g.config + ".h5");
+    write_run_file(path, f);
+    if (verbose) std::printf("wrote %s (%zu runs)\n", path.string().c_str(), f.runs.size());
+  }
+}
+
+GateReport run_gate(const GateOptions& o) {
+  GateReport rep;
+  if (!std::filesystem::is_directory(o.dir)) throw InputError(fmt::format("--golden: '{}' is not a directory", o.dir.string()));
+  const bool exact_backend = o.backend == "reference-f64";
+  const std::string policy_path =
+      !o.policy.empty() ? o.policy : (o.dir / (exact_backend ? "policy.toml" : "policy-calibrated.toml")).string();
+  const Policy policy = load_policy_file(policy_path);
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(o.dir))
+    if (e.path().extension() == ".h5") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw InputError(fmt::format("--golden: no .h5 files in '{}'", o.dir.string()));
+  std::string only_file = o.only, only_run;
+  if (auto colon = o.only.find(':'); colon != std::string::npos) {
+    only_file = o.only.substr(0, colon);
+    only_run = o.only.substr(colon + 1);
+  }
+  for (const auto& path : files) {
+    const std::string fname = path.filename().string();
+    if (!only_file.empty() && fname != only_file) continue;
+    const RunFile f = read_run_file(path);
+    check_fits_in_memory(f.config, int64_t(f.tokens.size()), o.backend);
+    auto be = make_backend(o.backend, f.config, f.weight_seed);
+    std::unique_ptr<Backend> f32;
+    if (!exact_backend) f32 = make_backend("reference", f.config, f.weight_seed);
+    for (const auto& nr : f.runs) {
+      if (!only_run.empty() && nr.name != only_run) continue;
+      ++rep.runs;
+      RunRequest req = request_of(f, nr.result);
+      req.fault = o.fault;
+      const RunResult got = be->run(req);
+      std::map<std::string, Calibration> cal;
+      if (f32) {
+        req.fault = Fault::None;
+        cal = calibrate_runs(nr.name, o.backend == "reference" ? got : f32->run(req), nr.result);
+      }
+      const RunDiff d = diff_runs(nr.name, got, nr.result, policy, [&](const std::string& t) {
+        auto it = cal.find(t);
+        return it == cal.end() ? std::optional<Calibration>{} : std::optional<Calibration>{it->second};
+      });
+      const std::string reproduce = fmt::format("ced gate --golden {} --backend {} --only {}:{}{}", o.dir.string(),
+                                                o.backend, fname, nr.name,
+                                                o.fault == Fault::None ? "" : std::string(" --fault ") + fault_name(o.fault));
+      if (d.pass()) {
+        ++rep.passed;
+        if (!o.quiet) std::printf("  pass  %s:%s\n", fname.c_str(), nr.name.c_str());
+        if (o.verbose) std::fputs(format_run_diff(d, true).c_str(), stdout);
+      } else {
+        if (!o.quiet) std::fputs(format_run_diff(d, o.verbose).c_str(), stdout);
+        std::string what;
+        for (const auto& p : d.problems) what += p + "; ";
+        for (const auto& t : d.tensors) {
+          if (t.verdict.pass) continue;
+          what += t.name;
+          if (t.comparison.tensor && t.comparison.tensor->max_abs.flat >= 0) {
+            const auto& m = t.comparison.tensor->max_abs;
+            what += fmt::format(" worst [{}] {:.17g} vs {:.17g}", fmt::join(m.index, ","), m.t, m.r);
+          }
+          break;
+        }
+        if (d.first_divergent_layer >= 0) what += fmt::format(" (first divergent layer {})", d.first_divergent_layer);
+        rep.failures.push_back({fname, nr.name, what, reproduce});
+      }
+    }
+  }
+  if (rep.runs == 0) throw InputError(fmt::format("--only: '{}' matches no golden run", o.only));
+  return rep;
+}
+
+}  // namespace ced::tools

@@ -1,0 +1,57 @@
+#pragma once
+// The golden set (SPEC §9, issue "golden tensors"): which configs, seeds and
+// runs the committed files hold, how a stored run turns back into a request,
+// and the gate that reruns them.
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "io/hdf5_file.hpp"
+#include "model/run.hpp"
+
+namespace ced::tools {
+
+struct GoldenRecipe {
+  std::string config;  // built-in name; the file is <config>.h5
+  uint64_t weight_seed = 1;
+  uint64_t token_seed = 2;
+  int64_t n_prompt = 0;
+  int64_t decode = 0;
+  int64_t prefix = 0;  // resume prefix P
+  bool capture = true;
+  LogitsScope logits = LogitsScope::All;
+};
+const std::vector<GoldenRecipe>& golden_recipes();
+
+// The runs of one recipe: name and request (tokens filled in).
+std::vector<std::pair<std::string, RunRequest>> golden_requests(const GoldenRecipe& g, const Config& c);
+
+// The request that reproduces a stored run (mode, replay, lengths, capture,
+// logits scope from its attributes; tokens from the file).
+RunRequest request_of(const RunFile& f, const RunResult& stored);
+
+// Writes every golden file into dir with the reference-f64 backend.
+void regenerate_golden(const std::filesystem::path& dir, bool verbose);
+
+// The project's golden/ folder (compiled in), for defaults.
+std::filesystem::path default_golden_dir();
+
+struct GateOptions {
+  std::filesystem::path dir;
+  std::string backend = "reference-f64";
+  std::string policy;  // "" = dir/policy.toml for reference-f64, dir/policy-calibrated.toml otherwise
+  std::string only;    // "FILE:RUN" or "FILE" to rerun one
+  Fault fault = Fault::None;
+  bool verbose = false;
+  bool quiet = false;
+};
+struct GateFailure {
+  std::string file, run, what, reproduce;
+};
+struct GateReport {
+  int64_t runs = 0, passed = 0;
+  std::vector<GateFailure> failures;
+};
+GateReport run_gate(const GateOptions& o);
+
+}  // namespace ced::tools

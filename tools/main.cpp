@@ -1,0 +1,41 @@
+// `ced`: the harness' command line (SPEC §10). Exit codes: 0 pass, 1 a check
+// failed, 2 bad usage or input (one line on stderr).
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "model/error.hpp"
+#include "tools/common.hpp"
+
+int main(int argc, char** argv) {
+  using namespace ced::tools;
+  CLI::App app{"ced: verification harness for CED (causal encoder-decoder) prefill"};
+  app.require_subcommand(1);
+  const Runner runners[] = {add_verify(app), add_run(app),   add_diff(app),
+                            add_gate(app),   add_oracle(app), add_spans(app),
+                            add_replay_error(app), add_golden(app), add_bench(app)};
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "ced: error: %s (see ced --help)\n", e.what());
+    return 2;
+  }
+  try {
+    for (const Runner& r : runners)
+      if (r.sub->parsed()) return r.run();
+  } catch (const ced::InputError& e) {
+    std::fprintf(stderr, "ced: error: %s\n", e.what());
+    return 2;
+  } catch (const ced::NotSupported& e) {
+    std::fprintf(stderr, "ced: not supported: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ced: internal error: %s\n", e.what());
+    return 3;
+  }
+  return 2;
+}
