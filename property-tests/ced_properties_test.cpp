@@ -89,10 +89,3 @@ TEST(CedProperties, MeasuredFlopRatioApproachesTheIdealRatio) {
   }
 }
 
-TEST(CedProperties, V41ShapeSpansAre2541And2540) {
-  // The oracle's R and D(W-1) found on the real model (poison probe), N = 2600.
-  const Model m(builtin_config("v41-shape"), false);
-  const Spans s = empirical_spans(m, 2600, 0);
-  EXPECT_EQ(s.exact_last, 2541);
-  EXPECT_EQ(s.exact_decode, 2540);
-}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The test suite: set up, build, then CTest's default tier (everything but the
+# `long` label; `gpu` tests report skipped without a device). Pass a label
+# expression to choose another tier: scripts/test.sh smoke | default | long.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${CED_BUILD_DIR:-$root/build}
+"$root/scripts/setup.sh"
+tier=${1:-default}
+case "$tier" in
+  smoke) args=(-L smoke) ;;
+  default) args=(-LE long) ;;
+  long) args=() ;;
+  *) echo "test.sh: tier must be smoke, default or long" >&2; exit 2 ;;
+esac
+cd "$build"
+exec ctest --output-on-failure -j "$(nproc)" "${args[@]}"
