@@ -257,7 +257,8 @@ TensorCompare compare_tensors(std::span<const double> t, std::span<const double>
       excess = kInf;
       fails = true;
     } else {
-      const double slack = c.rtol == 0 ? 0.0 : c.rtol * std::fabs(b);
+      // rtol * |r| is 0 when either is (rtol = inf, r = 0 would make it NaN).
+      const double slack = c.rtol == 0 || b == 0 ? 0.0 : c.rtol * std::fabs(b);
       excess = err - slack;
       if (std::isnan(excess)) excess = kInf;  // Inf - Inf: an overflowed difference against an overflowed slack
       fails = !(excess <= c.atol);

@@ -44,6 +44,12 @@ bool bits_equal(const std::vector<double>& a, const std::vector<double>& b) {
 
 }  // namespace
 
+std::string TensorDiff::where(int64_t flat) const {
+  if (flat < 0 || positions.empty() || !comparison.tensor) return "-";
+  const int64_t cols = comparison.tensor->shape.size() == 2 ? comparison.tensor->shape[1] : 1;
+  return fmt::format("position {}, column {}", positions[size_t(flat / cols)], flat % cols);
+}
+
 bool RunDiff::pass() const {
   if (!problems.empty()) return false;
   for (const auto& t : tensors)
@@ -70,6 +76,7 @@ RunDiff diff_runs(const std::string& run, const RunResult& t, const RunResult& r
       td.comparison.logits = compare_logits(al.a, al.b, shape);
       td.verdict = judge(policy, td.name, td.comparison, calib(td.name));
       td.bitwise_equal = bits_equal(al.a, al.b);
+      td.positions = al.positions;
       d.tensors.push_back(std::move(td));
     }
   }
@@ -85,6 +92,7 @@ RunDiff diff_runs(const std::string& run, const RunResult& t, const RunResult& r
     out.comparison.tensor = compare_tensors(al.a, al.b, shape, policy.thresholds_for(out.name, calib(out.name)), dt);
     out.verdict = judge(policy, out.name, out.comparison, calib(out.name));
     out.bitwise_equal = bits_equal(al.a, al.b);
+    out.positions = al.positions;
     const bool out_fail = !out.verdict.pass, out_inexact = !out.bitwise_equal;
     d.tensors.push_back(std::move(out));
     bool sel_fail = false, sel_inexact = false;
@@ -149,8 +157,7 @@ std::string format_run_diff(const RunDiff& d, bool verbose) {
     } else if (t.comparison.tensor) {
       const auto& c = *t.comparison.tensor;
       const std::string where =
-          c.max_abs.flat >= 0 ? fmt::format("[{}] {:.17g} vs {:.17g}", fmt::join(c.max_abs.index, ","), c.max_abs.t,
-                                            c.max_abs.r)
+          c.max_abs.flat >= 0 ? fmt::format("{}: {:.17g} vs {:.17g}", t.where(c.max_abs.flat), c.max_abs.t, c.max_abs.r)
                               : "-";
       s += fmt::format("  {:<34} {:>6} {:>11.3e} {:>11.3e} {:>11} {:>9} {:>3}/{:<4}  {}\n", short_name,
                        t.verdict.pass ? (t.bitwise_equal ? "equal" : "ok") : "FAIL", c.max_abs_err, c.rel_l2,

@@ -19,6 +19,9 @@ struct TensorDiff {
   Comparison comparison;
   Verdict verdict;
   bool bitwise_equal = false;
+  std::vector<int64_t> positions;  // position of each compared row
+  // "position p, column c" of a flat element index, for messages.
+  std::string where(int64_t flat) const;
 };
 
 struct RunDiff {

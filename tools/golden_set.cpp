@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "model/error.hpp"
 #include "model/weights.hpp"
@@ -66,7 +67,12 @@ RunRequest request_of(const RunFile& f, const RunResult& s) {
   return r;
 }
 
-std::filesystem::path default_golden_dir() { return std::filesystem::path(CED_SOURCE_DIR) / "golden"; }
+// CED_GOLDEN_DIR overrides the compiled-in source tree (a build carried to
+// another machine, tools/device-check.sh).
+std::filesystem::path default_golden_dir() {
+  if (const char* env = std::getenv("CED_GOLDEN_DIR"); env && *env) return env;
+  return std::filesystem::path(CED_SOURCE_DIR) / "golden";
+}
 
 void regenerate_golden(const std::filesystem::path& dir, bool verbose) {
   if (!std::filesystem::is_directory(dir)) throw InputError(fmt::format("golden: '{}' is not a directory", dir.string()));
@@ -90,8 +96,10 @@ GateReport run_gate(const GateOptions& o) {
   GateReport rep;
   if (!std::filesystem::is_directory(o.dir)) throw InputError(fmt::format("--golden: '{}' is not a directory", o.dir.string()));
   const bool exact_backend = o.backend == "reference-f64";
-  const std::string policy_path =
-      !o.policy.empty() ? o.policy : (o.dir / (exact_backend ? "policy.toml" : "policy-calibrated.toml")).string();
+  const char* default_policy = exact_backend                 ? "policy.toml"
+                               : o.backend == "cuda-bf16" ? "policy-bf16.toml"
+                                                          : "policy-calibrated.toml";
+  const std::string policy_path = !o.policy.empty() ? o.policy : (o.dir / default_policy).string();
   const Policy policy = load_policy_file(policy_path);
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(o.dir))
@@ -142,7 +150,7 @@ GateReport run_gate(const GateOptions& o) {
           what += t.name;
           if (t.comparison.tensor && t.comparison.tensor->max_abs.flat >= 0) {
             const auto& m = t.comparison.tensor->max_abs;
-            what += fmt::format(" worst [{}] {:.17g} vs {:.17g}", fmt::join(m.index, ","), m.t, m.r);
+            what += fmt::format(" worst at {}: {:.17g} vs {:.17g}", t.where(m.flat), m.t, m.r);
           }
           break;
         }

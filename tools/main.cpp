@@ -14,6 +14,11 @@ int main(int argc, char** argv) {
   const Runner runners[] = {add_verify(app), add_run(app),   add_diff(app),
                             add_gate(app),   add_oracle(app), add_spans(app),
                             add_replay_error(app), add_golden(app), add_bench(app)};
+  auto is_command = [&](const std::string& name) {
+    for (const Runner& r : runners)
+      if (r.sub->get_name() == name) return true;
+    return false;
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -21,6 +26,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
+      std::string names;
+      for (const Runner& r : runners) names += (names.empty() ? "" : ", ") + r.sub->get_name();
+      std::fprintf(stderr, "ced: error: unknown command '%s' (commands: %s)\n", argv[1], names.c_str());
+      return 2;
+    }
     std::fprintf(stderr, "ced: error: %s (see ced --help)\n", e.what());
     return 2;
   }

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the CUDA configuration here (sm_90; no GPU needed) and packs what
+# tools/device-check.sh runs on the lent GPU machine into device-bundle/
+# (gitignored): the binaries and the non-system shared libraries they load
+# (HDF5, fmt, toml++, OpenMP), since that machine has none of our Debian
+# packages. The CUDA runtime is static; cuBLAS comes from that machine's
+# toolkit. Carry it with the device tool: carry = ["device-bundle"].
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+export CED_BUILD_DIR=$root/build-cuda
+export CUDACXX=${CUDACXX:-/usr/local/cuda/bin/nvcc}
+export CED_CMAKE_ARGS="-DCED_ENABLE_CUDA=ON -DCED_CUDA_ARCHS=90"
+"$root/scripts/setup.sh"
+out=$root/device-bundle
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+for exe in tools/ced unit-tests/gpu_side_by_side_test optimized/cuda_backend_test; do
+  cp "$CED_BUILD_DIR/$exe" "$out/bin/"
+done
+for exe in "$out"/bin/*; do
+  ldd "$exe" | awk '/=> \// {print $3}' | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libcublas*|libcublasLt*) ;;
+      *) cp -n "$lib" "$out/lib/" ;;
+    esac
+  done
+done
+du -sh "$out"
