@@ -171,7 +171,7 @@ std::string drift_table(const std::vector<DriftRow>& rows) {
 
 std::string drift_svg(const std::vector<DriftRow>& rows, const std::string& title) {
   // Two panels: drift vs N (log-log), and drift per decoder layer at max N.
-  const double W = 900, H = 380, pad = 60, pw = 380, ph = 260;
+  const double W = 960, H = 390, pad = 80, pw = 380, ph = 260;
   std::vector<std::pair<double, double>> pre, dec;
   std::map<int64_t, double> dmax;
   int64_t nmax = 0;
@@ -202,7 +202,7 @@ std::string drift_svg(const std::vector<DriftRow>& rows, const std::string& titl
   auto panel = [&](double x0, const std::vector<std::vector<std::pair<double, double>>>& series,
                    const std::vector<std::string>& colors, const std::vector<std::string>& labels, bool logx,
                    const std::string& xlabel) {
-    const double y0 = 50;
+    const double y0 = 62;
     double xmin = 1e300, xmax = -1e300;
     for (const auto& se : series)
       for (auto [x, y] : se) {
@@ -215,9 +215,11 @@ std::string drift_svg(const std::vector<DriftRow>& rows, const std::string& titl
     auto Y = [&](double y) { return y0 + ph - ((lg(y) - ymin) / (ymax - ymin)) * ph; };
     s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>\n", x0, y0,
                      pw, ph);
+    // The floor 1e-17 stands for bitwise-exact (zero) drift.
     for (double e = ymin; e <= ymax; e += 1)
-      s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">1e{}</text>\n", x0 - 4,
-                       y0 + ph - ((e - ymin) / (ymax - ymin)) * ph + 4, int(e));
+      s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n", x0 - 4,
+                       y0 + ph - ((e - ymin) / (ymax - ymin)) * ph + 4,
+                       e <= -17 ? std::string("0 (exact)") : fmt::format("1e{}", int(e)));
     s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x0 + pw / 2, y0 + ph + 32, xlabel);
     for (size_t k = 0; k < series.size(); ++k) {
       std::string pts;
@@ -226,18 +228,21 @@ std::string drift_svg(const std::vector<DriftRow>& rows, const std::string& titl
         s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", X(x), Y(y), colors[k]);
       }
       s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\"/>\n", pts, colors[k]);
-      s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", x0 + 8, y0 + 16 + 14 * double(k), colors[k],
-                       labels[k]);
+      s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", x0 + 4 + 200 * double(k), y0 - 8,
+                       colors[k], labels[k]);
     }
+    double last_label = -1e300;
     for (auto [x, y] : series[0])
-      if (logx)
+      if (logx && X(x) - last_label > 28) {
         s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" font-size=\"9\">{}</text>\n", X(x),
                          y0 + ph + 14, int64_t(x));
+        last_label = X(x);
+      }
   };
-  panel(pad, {pre, dec}, {"#1f77b4", "#d62728"}, {"prefill: last logits rel L2", "decode: max rel L2 over steps"},
+  panel(pad, {pre, dec}, {"#1f77b4", "#d62728"}, {"prefill: last logits rel L2", "decode: max rel L2"},
         true, "prompt length N (log scale)");
   if (!layers.empty())
-    panel(pad + pw + 70, {layers}, {"#2ca02c"}, {fmt::format("hidden state rel L2 at N = {}", nmax)}, false,
+    panel(pad + pw + 90, {layers}, {"#2ca02c"}, {fmt::format("hidden state rel L2 at N = {}", nmax)}, false,
           "decoder layer");
   s += "</svg>\n";
   return s;
