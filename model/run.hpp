@@ -128,6 +128,9 @@ struct RunResult {
   std::vector<LayerCapture> layers;  // empty unless captured
   FlopCount flops;
   std::shared_ptr<PersistedCache> cache;
+  // Wall time of the prefill (encoder, source-only write, decoder, its
+  // logits) and of all decode steps, measured by the backend (not stored).
+  double prefill_seconds = 0, decode_seconds = 0;
 };
 
 // The interface both models implement; a user's engine is another one.

@@ -123,7 +123,7 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
   if (lp.candidate_source) ls.pool.resize(size_t(base + n));
   const LayerState<T>* cand = p_.candidate_source >= 0 ? &layers[size_t(p_.candidate_source)] : nullptr;
   std::vector<int64_t> n_scored(static_cast<size_t>(n));
-#pragma omp parallel for schedule(dynamic, 4) if (n >= 8)
+#pragma omp parallel for schedule(dynamic, 4) if (n >= 16)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t p = a + i;
     std::vector<T> iq(iq_all.row(i).data(), iq_all.row(i).data() + ih * ihd);
@@ -181,7 +181,7 @@ void Engine<T>::attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out)
   const SourceState<T>* src = lp.ratio > 0 ? &sources[size_t(lp.kv_src)] : nullptr;
   heads_out.resize(n, H * hd);
   std::vector<int64_t> n_entries(static_cast<size_t>(n));
-#pragma omp parallel for schedule(dynamic, 4) if (n >= 8)
+#pragma omp parallel for schedule(dynamic, 4) if (n >= 16)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t p = a + i;
     const int64_t lo_full = std::max<int64_t>(0, p - span);

@@ -2,6 +2,8 @@
 // evaluations of the engine.
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "model/error.hpp"
 #include "reference/backend.hpp"
 #include "reference/engine.hpp"
@@ -22,6 +24,7 @@ class ReferenceBackend final : public Backend {
 
   RunResult run(const RunRequest& req) override {
     validate_request(c_, req);
+    const auto t0 = std::chrono::steady_clock::now();
     RunResult res;
     res.backend = name();
     res.dtype = dtype();
@@ -79,6 +82,8 @@ class ReferenceBackend final : public Backend {
     put_rows(res.logits, 0, eng.logits(Xd.bottomRows(N - first_logit)));
     for (int64_t p = first_logit; p < N; ++p) res.positions.push_back(p);
 
+    const auto t1 = std::chrono::steady_clock::now();
+    res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
     // SPEC §5: decode, teacher-forced.
     for (int64_t t = 0; t < n_dec; ++t) {
       const int64_t p = N + t;
@@ -89,6 +94,7 @@ class ReferenceBackend final : public Backend {
       put_rows(res.logits, N - first_logit + t, eng.logits(x));
       res.positions.push_back(p);
     }
+    res.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     if (req.capture_layers)
       for (auto& ls : eng.layers) res.layers.push_back(std::move(ls.capture));
     return res;

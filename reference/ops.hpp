@@ -19,7 +19,7 @@ namespace ced::ref {
 template <class T>
 void matmul_rows(const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y) {
   constexpr int64_t kTile = 4;  // rows sharing one pass over W; does not change any element's order
-#pragma omp parallel for schedule(static) if (n * k * m > (1 << 16))
+#pragma omp parallel for schedule(static) if (n * k * m > (1 << 20))
   for (int64_t i0 = 0; i0 < n; i0 += kTile) {
     const int64_t i1 = std::min(n, i0 + kTile);
     for (int64_t i = i0; i < i1; ++i) std::fill(Y + i * m, Y + (i + 1) * m, T(0));

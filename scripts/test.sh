@@ -3,6 +3,9 @@
 # `long` label; `gpu` tests report skipped without a device). Pass a label
 # expression to choose another tier: scripts/test.sh smoke | default | long.
 set -euo pipefail
+# OpenMP threads sleep rather than spin at barriers: CTest runs tests side by
+# side, and spinning threads on a shared core slow the reference tenfold.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${CED_BUILD_DIR:-$root/build}
 "$root/scripts/setup.sh"
