@@ -1,0 +1,37 @@
+#pragma once
+// The optimized CUDA model (SPEC §3–§6 on the device), behind ced::Backend.
+// A plain C++ header (no CUDA types): the tools include it with the host compiler.
+// It is an independent implementation: nothing in optimized/ includes reference/.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "model/config.hpp"
+#include "model/run.hpp"
+
+namespace ced {
+
+// F32: every tensor and every product in f32 (cuBLAS pedantic math: no TF32).
+// BF16: the projections (every weight matrix but the embedding) take bf16
+// weights and bf16-rounded activations with f32 accumulation and f32 output;
+// everything else (norms, RoPE, compressor, indexer scores, attention,
+// routing, residual stream, caches) stays f32.
+enum class CudaPrecision { F32, BF16 };
+
+// "f32" | "bf16": the dtype a backend of this precision reports (SPEC §9).
+const char* cuda_precision_name(CudaPrecision p);
+// "f32" | "bf16"; InputError otherwise.
+CudaPrecision parse_cuda_precision(const std::string& s);
+
+// True iff the CUDA runtime reports at least one device. False on any error
+// (no driver, no device, a too-old driver); never aborts, never throws.
+bool cuda_device_available();
+
+// The CUDA backend (name "cuda"). Generates the SPEC §2 weights on the host
+// and uploads them once. Throws NotSupported when there is no CUDA device or
+// the weights do not fit in the device's free memory (the message gives the
+// estimate), InputError for an invalid config.
+std::unique_ptr<Backend> make_cuda_backend(const Config& config, uint64_t weight_seed,
+                                           CudaPrecision precision = CudaPrecision::F32);
+
+}  // namespace ced
