@@ -13,6 +13,8 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -753,6 +755,7 @@ class CudaBackend final : public Backend {
     if (req.poison_truncated)
       throw NotSupported("CUDA backend: the poison_truncated dependency probe is not supported");
     const int64_t N = req.n_prompt, steps = req.decode_steps, ntot = N + steps, L = plan_.L, E = plan_.E;
+    const auto t0 = std::chrono::steady_clock::now();
 
     RunResult res;
     res.backend = name();
@@ -810,6 +813,9 @@ class CudaBackend final : public Backend {
       res.cache = req.mode == Mode::Resume ? std::make_shared<PersistedCache>(*cache)
                                            : std::make_shared<PersistedCache>(rn.extract_cache(N, dtype()));
 
+    CED_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto t1 = std::chrono::steady_clock::now();
+    res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
     // SPEC §5 decode: one position at a time through all layers, with caches.
     for (int64_t p = N; p < ntot; ++p) {
       rn.embed(p, p + 1);
@@ -818,8 +824,9 @@ class CudaBackend final : public Backend {
       for (int64_t l = E; l < L; ++l) rn.layer(l, p, p + 1, write_from);
       rn.logits(p, p + 1, res.logits, n_prompt_rows + (p - N));
     }
-    if (req.capture_layers) res.layers = rn.take_captures();
     CED_CUDA_CHECK(cudaDeviceSynchronize());
+    res.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    if (req.capture_layers) res.layers = rn.take_captures();
     return res;
   }
 
