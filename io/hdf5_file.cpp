@@ -96,57 +96,13 @@ std::string read_root(hid_t file) {
 
 // ---- config (SPEC §1) -----------------------------------------------------
 
-struct IntKey {
-  const char* key;
-  int64_t Config::*member;
-};
-struct RealKey {
-  const char* key;
-  double Config::*member;
-};
-struct ListKey {
-  const char* key;
-  std::vector<int64_t> Config::*member;
-};
-// ced::scalar_keys() and list_keys() are the authority; every name they list
-// must appear here (a missing one is a bug, reported as logic_error).
-constexpr IntKey kIntKeys[] = {
-    {"vocab_size", &Config::vocab_size},
-    {"d_model", &Config::d_model},
-    {"n_layers", &Config::n_layers},
-    {"n_encoder_layers", &Config::n_encoder_layers},
-    {"n_heads", &Config::n_heads},
-    {"head_dim", &Config::head_dim},
-    {"rope_dim", &Config::rope_dim},
-    {"q_lora_rank", &Config::q_lora_rank},
-    {"window", &Config::window},
-    {"index_n_heads", &Config::index_n_heads},
-    {"index_head_dim", &Config::index_head_dim},
-    {"index_topk", &Config::index_topk},
-    {"candidate_source_layer", &Config::candidate_source_layer},
-    {"candidate_block_size", &Config::candidate_block_size},
-    {"candidate_topk_blocks", &Config::candidate_topk_blocks},
-    {"o_groups", &Config::o_groups},
-    {"o_lora_rank", &Config::o_lora_rank},
-    {"n_routed_experts", &Config::n_routed_experts},
-    {"n_active_experts", &Config::n_active_experts},
-    {"n_shared_experts", &Config::n_shared_experts},
-    {"moe_dim", &Config::moe_dim},
-};
-constexpr RealKey kRealKeys[] = {
-    {"routed_scaling_factor", &Config::routed_scaling_factor},
-    {"rms_eps", &Config::rms_eps},
-    {"rope_theta", &Config::rope_theta},
-};
-constexpr ListKey kListKeys[] = {
-    {"compress_ratios", &Config::compress_ratios},
-    {"kv_source_layers", &Config::kv_source_layers},
-    {"index_source_layers", &Config::index_source_layers},
-};
+using IntKey = ConfigIntKey;
+using RealKey = ConfigRealKey;
+using ListKey = ConfigListKey;
 constexpr const char* kTieKey = "tie_decoder_kv";  // int64 0/1
 
-template <class Table>
-auto find_key(const Table& table, const std::string& key) -> decltype(&table[0]) {
+template <class Entry>
+const Entry* find_key(std::span<const Entry> table, const std::string& key) {
   for (const auto& e : table)
     if (key == e.key) return &e;
   return nullptr;
@@ -160,13 +116,13 @@ void write_config(hid_t file, const Config& c) {
   const std::string g = "/config";
   h5::create_group(file, g);
   for (const std::string& key : scalar_keys()) {
-    if (const IntKey* k = find_key(kIntKeys, key)) h5::write_int_attr(file, g, key, c.*(k->member));
-    else if (const RealKey* r = find_key(kRealKeys, key)) h5::write_real_attr(file, g, key, c.*(r->member));
+    if (const IntKey* k = find_key(config_int_keys(), key)) h5::write_int_attr(file, g, key, c.*(k->member));
+    else if (const RealKey* r = find_key(config_real_keys(), key)) h5::write_real_attr(file, g, key, c.*(r->member));
     else if (key == kTieKey) h5::write_int_attr(file, g, key, c.tie_decoder_kv ? 1 : 0);
     else unmapped(key);
   }
   for (const std::string& key : list_keys()) {
-    const ListKey* k = find_key(kListKeys, key);
+    const ListKey* k = find_key(config_list_keys(), key);
     if (!k) unmapped(key);
     const std::vector<int64_t>& v = c.*(k->member);
     h5::write_ints(file, g + "/" + key, v.data(), {hsize_t(v.size())});
@@ -180,9 +136,9 @@ Config read_config(hid_t file, const std::string& fallback_name) {
   if (!h5::exists(file, g)) fail(g, "is missing");
   Config c;
   for (const std::string& key : scalar_keys()) {
-    if (const IntKey* k = find_key(kIntKeys, key)) {
+    if (const IntKey* k = find_key(config_int_keys(), key)) {
       c.*(k->member) = h5::read_int_attr(file, g, key);
-    } else if (const RealKey* r = find_key(kRealKeys, key)) {
+    } else if (const RealKey* r = find_key(config_real_keys(), key)) {
       c.*(r->member) = h5::read_real_attr(file, g, key);
     } else if (key == kTieKey) {  // optional, as in a TOML file
       const int64_t v = h5::has_attr(file, g, key) ? h5::read_int_attr(file, g, key) : 0;
@@ -193,7 +149,7 @@ Config read_config(hid_t file, const std::string& fallback_name) {
     }
   }
   for (const std::string& key : list_keys()) {
-    const ListKey* k = find_key(kListKeys, key);
+    const ListKey* k = find_key(config_list_keys(), key);
     if (!k) unmapped(key);
     c.*(k->member) = h5::read_ints(file, g + "/" + key, 1).values;
   }

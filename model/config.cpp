@@ -184,19 +184,9 @@ bool contains(const std::vector<int64_t>& v, int64_t x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
-// The integer members of Config by key, for parsing and writing.
-struct IntKey {
-  const char* key;
-  int64_t Config::*member;
-};
-struct RealKey {
-  const char* key;
-  double Config::*member;
-};
-struct ListKey {
-  const char* key;
-  std::vector<int64_t> Config::*member;
-};
+using IntKey = ConfigIntKey;
+using RealKey = ConfigRealKey;
+using ListKey = ConfigListKey;
 
 constexpr IntKey kIntKeys[] = {
     {"vocab_size", &Config::vocab_size},
@@ -233,6 +223,10 @@ constexpr ListKey kListKeys[] = {
 };
 
 }  // namespace
+
+std::span<const ConfigIntKey> config_int_keys() { return kIntKeys; }
+std::span<const ConfigRealKey> config_real_keys() { return kRealKeys; }
+std::span<const ConfigListKey> config_list_keys() { return kListKeys; }
 
 const std::vector<std::string>& scalar_keys() {
   static const std::vector<std::string> keys = [] {

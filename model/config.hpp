@@ -2,6 +2,7 @@
 // SPEC §1: the model configuration, the built-ins and validation.
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,25 @@ struct Config {
   int64_t D() const { return n_layers - n_encoder_layers; }
   int64_t W() const { return window; }
 };
+
+// Every key of §1 with the member it sets: the single table the TOML parser,
+// the TOML writer and the HDF5 /config group all read.
+struct ConfigIntKey {
+  const char* key;
+  int64_t Config::*member;
+};
+struct ConfigRealKey {
+  const char* key;
+  double Config::*member;
+};
+struct ConfigListKey {
+  const char* key;
+  std::vector<int64_t> Config::*member;
+};
+std::span<const ConfigIntKey> config_int_keys();
+std::span<const ConfigRealKey> config_real_keys();
+std::span<const ConfigListKey> config_list_keys();
+// tie_decoder_kv is the one boolean key.
 
 // The names of every scalar key of §1, in SPEC order (HDF5 /config attrs,
 // TOML parsing and error messages share this list).

@@ -131,6 +131,20 @@ int64_t FlopCount::total_kind(int k) const {
   return t;
 }
 
+RunResult result_for(const Backend& b, const RunRequest& req, const Plan& p) {
+  RunResult res;
+  res.backend = b.name();
+  res.dtype = b.dtype();
+  res.mode = req.mode;
+  res.replay = req.replay;
+  res.n_prompt = req.n_prompt;
+  res.n_replay = req.replay.n_replay(p, req.n_prompt);
+  res.prefix_len = req.mode == Mode::Resume ? req.prefix_len : -1;
+  res.decode_steps = req.decode_steps;
+  res.flops.resize(p.L);
+  return res;
+}
+
 void validate_request(const Config& c, const RunRequest& r) {
   if (r.n_prompt < 1) throw InputError(fmt::format("--tokens: N must be >= 1 (got {})", r.n_prompt));
   if (r.decode_steps < 0) throw InputError(fmt::format("--decode: must be >= 0 (got {})", r.decode_steps));

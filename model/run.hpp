@@ -144,6 +144,10 @@ class Backend {
   virtual RunResult run(const RunRequest& req) = 0;
 };
 
+// A result with the request's attributes filled in (SPEC §9 /runs/<run>
+// attrs) and an empty FLOP count per layer; replay_start is the backend's.
+RunResult result_for(const Backend& b, const RunRequest& req, const Plan& p);
+
 // Checks a request against the config (lengths, tokens, prefix); InputError.
 void validate_request(const Config& c, const RunRequest& r);
 

@@ -757,15 +757,7 @@ class CudaBackend final : public Backend {
     const int64_t N = req.n_prompt, steps = req.decode_steps, ntot = N + steps, L = plan_.L, E = plan_.E;
     const auto t0 = std::chrono::steady_clock::now();
 
-    RunResult res;
-    res.backend = name();
-    res.dtype = dtype();
-    res.mode = req.mode;
-    res.replay = req.replay;
-    res.n_prompt = N;
-    res.decode_steps = steps;
-    res.n_replay = req.replay.n_replay(plan_, N);  // −1 in full mode
-    res.flops.resize(L);                           // FLOP counting is the oracle's job
+    RunResult res = result_for(*this, req, plan_);  // FLOP counts stay zero: counting is the oracle's job
 
     // First evaluated position of the encoder and of the decoder layers, and
     // the first position whose global entries this run writes.

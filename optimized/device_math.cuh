@@ -48,7 +48,7 @@ CED_HD inline int64_t rope_offset(int64_t dim, int64_t rope_dim) { return dim - 
 CED_HD inline float softplus(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
 
 // SPEC §3.7: s_e = sqrt(softplus(router logit)).
-CED_HD inline float routing_score(float logit) { return sqrtf(softplus(logit)); }
+CED_HD inline float router_score(float logit) { return sqrtf(softplus(logit)); }
 
 // The value a score ranks by: itself, except that a NaN ranks below every
 // number (as −∞), so that the orders below stay total whatever the inputs.
@@ -139,7 +139,7 @@ CED_HD inline float compress_channel(const float* c, const float* z, int64_t str
 
 // SPEC §3.5: softmax over n logits plus the sink logit, which joins the
 // denominator and has no value. Replaces logits[e] by its weight.
-CED_HD inline void sink_softmax(float* logits, int64_t n, float sink) {
+CED_HD inline void softmax_with_sink(float* logits, int64_t n, float sink) {
   float m = sink;
   for (int64_t e = 0; e < n; ++e)
     if (logits[e] > m) m = logits[e];

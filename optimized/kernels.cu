@@ -149,7 +149,7 @@ __global__ void k_attention(const float* q, int64_t pos0, int64_t first, int64_t
   };
   for (int64_t e = threadIdx.x; e < n_e; e += blockDim.x) wts[e] = dot(qh, key_of(e), hd) * scale;
   __syncthreads();
-  if (threadIdx.x == 0) sink_softmax(wts, n_e, sink[h]);
+  if (threadIdx.x == 0) softmax_with_sink(wts, n_e, sink[h]);
   __syncthreads();
   for (int64_t c = threadIdx.x; c < hd; c += blockDim.x) {
     float acc = 0.0f;
@@ -173,7 +173,7 @@ __global__ void k_route(const float* logits, const float* bias, int64_t n, int64
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   float* s = scores + i * R;
-  for (int64_t e = 0; e < R; ++e) s[e] = routing_score(logits[i * R + e]);
+  for (int64_t e = 0; e < R; ++e) s[e] = router_score(logits[i * R + e]);
   route_select(s, bias, R, A, rsf, chosen + i * A, weights + i * A);
 }
 

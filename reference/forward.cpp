@@ -25,18 +25,9 @@ class ReferenceBackend final : public Backend {
   RunResult run(const RunRequest& req) override {
     validate_request(c_, req);
     const auto t0 = std::chrono::steady_clock::now();
-    RunResult res;
-    res.backend = name();
-    res.dtype = dtype();
-    res.mode = req.mode;
-    res.replay = req.replay;
-    res.n_prompt = req.n_prompt;
-    res.prefix_len = req.mode == Mode::Resume ? req.prefix_len : -1;
-    res.decode_steps = req.decode_steps;
-    res.flops.resize(p_.L);
+    RunResult res = result_for(*this, req, p_);
     Engine<T> eng(c_, p_, w_, req.fault, req.poison_truncated, req.capture_layers, &res.flops, req.fault_layer);
     const int64_t N = req.n_prompt;
-    res.n_replay = req.replay.n_replay(p_, N);
     const int64_t B = req.mode == Mode::Full ? N : std::min(N, res.n_replay);
 
     int64_t enc_first = 0;  // first position the encoder evaluates
