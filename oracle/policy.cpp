@@ -40,7 +40,8 @@ const ThresholdKey kThresholdKeys[] = {
 
 double number_in(const std::string& origin, const std::string& key, const toml::node& n, double lo, double hi) {
   if (!n.is_number()) fail_at(origin, n.source(), fmt::format("'{}' must be a number", key));
-  const double v = *n.value<double>();
+  // value<double>() is empty for an integer beyond 2^53 (not exact as a double): round it instead.
+  const double v = n.is_integer() ? static_cast<double>(*n.value_exact<int64_t>()) : *n.value<double>();
   if (!(v >= lo && v <= hi))
     fail_at(origin, n.source(),
             fmt::format("'{}' = {} is out of range [{}, {}]", key, v, lo, hi == kInf ? std::string("inf") : fmt::format("{}", hi)));

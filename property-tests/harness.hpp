@@ -66,7 +66,8 @@ inline bool row_finite(const MatD& a, const std::vector<int64_t>& pa, int64_t po
 // Bitwise equality of two matrices, NaN == NaN with the same bits.
 inline bool bits_equal(const MatD& a, const MatD& b) {
   if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
-  return std::memcmp(a.data(), b.data(), sizeof(double) * size_t(a.size())) == 0;
+  // An empty matrix's data() is null, which memcmp must not get even for 0 bytes.
+  return a.size() == 0 || std::memcmp(a.data(), b.data(), sizeof(double) * size_t(a.size())) == 0;
 }
 
 }  // namespace ced::prop

@@ -281,12 +281,12 @@ TEST(CudaDeviceMath, RopeRotatesTheLastRopeDims) { EXPECT_EQ(rope_offset(16, 8),
 
 // ---- routing -------------------------------------------------------------------
 
-TEST(CudaDeviceMath, RoutingScoreIsSqrtOfSoftplus) {
+TEST(CudaDeviceMath, RouterScoreIsSqrtOfSoftplus) {
   for (double step = -30.0; step <= 30.0; step += 0.37) {
     const float x = static_cast<float>(step);
     const double want = std::sqrt(std::log1p(std::exp(static_cast<double>(x))));
     // A few float roundings (expf, log1pf, sqrtf): 1e-6 relative.
-    EXPECT_NEAR(routing_score(x), want, 1e-6 * want) << "x " << x;
+    EXPECT_NEAR(router_score(x), want, 1e-6 * want) << "x " << x;
   }
 }
 
@@ -319,7 +319,7 @@ TEST(CudaDeviceMath, RouteWeightsSumToTheScalingFactor) {
   for (int trial = 0; trial < 50; ++trial) {
     std::vector<float> s(8), bias(8);
     for (int e = 0; e < 8; ++e) {
-      s[size_t(e)] = routing_score(g(rng));
+      s[size_t(e)] = router_score(g(rng));
       bias[size_t(e)] = 0.1f * g(rng);
     }
     std::vector<int32_t> chosen(3);
@@ -359,7 +359,7 @@ TEST(CudaDeviceMath, IndexScoreIsWeightedReluOfDots) {
 TEST(CudaDeviceMath, SinkJoinsTheDenominatorWithoutAValue) {
   std::vector<float> logits = {1.0f, 2.0f, 0.5f};
   const float sink = 1.5f;
-  sink_softmax(logits.data(), 3, sink);
+  softmax_with_sink(logits.data(), 3, sink);
   const double den = std::exp(1.0) + std::exp(2.0) + std::exp(0.5) + std::exp(1.5);
   EXPECT_NEAR(logits[0], std::exp(1.0) / den, 1e-6);
   EXPECT_NEAR(logits[1], std::exp(2.0) / den, 1e-6);
@@ -368,7 +368,7 @@ TEST(CudaDeviceMath, SinkJoinsTheDenominatorWithoutAValue) {
 
 TEST(CudaDeviceMath, SinkSoftmaxIsStableForLargeLogits) {
   std::vector<float> logits = {1000.0f, 1000.0f};
-  sink_softmax(logits.data(), 2, -1000.0f);
+  softmax_with_sink(logits.data(), 2, -1000.0f);
   EXPECT_NEAR(logits[0], 0.5f, 1e-6);
   EXPECT_NEAR(logits[1], 0.5f, 1e-6);
 }
