@@ -93,6 +93,18 @@ Array<T> read_array(hid_t file, const std::string& path, int rank, H5T_class_t c
     n *= v;
     out.dims.push_back(static_cast<int64_t>(v));
   }
+  // A corrupt dataspace can claim far more elements than the file stores;
+  // check against the bytes actually allocated before allocating ourselves.
+  // Contiguous and compact layouts (all this harness writes) store every
+  // element; chunked layouts may be compressed, so they get the element cap only.
+  Handle plist = own(H5Dget_create_plist(d.get()), H5Pclose, path, "cannot read its layout");
+  const H5D_layout_t layout = H5Pget_layout(plist.get());
+  if (n > 0 && (layout == H5D_CONTIGUOUS || layout == H5D_COMPACT)) {
+    const size_t elem = H5Tget_size(type.get());
+    const hsize_t stored = H5Dget_storage_size(d.get());
+    if (elem == 0 || stored / elem < n)
+      fail(path, fmt::format("claims {} elements but stores {} bytes (truncated or corrupt file?)", n, stored));
+  }
   out.values.resize(static_cast<size_t>(n));
   if (n > 0)
     check(H5Dread(d.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.values.data()), path,
