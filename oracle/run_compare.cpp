@@ -39,7 +39,8 @@ Aligned align_rows(const MatD& A, const std::vector<int64_t>& pa, const MatD& B,
 }
 
 bool bits_equal(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+  // data() of an empty vector may be null, which memcmp must not get.
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
 }
 
 }  // namespace

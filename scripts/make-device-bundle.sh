@@ -7,7 +7,7 @@
 # toolkit. Carry it with the device tool: carry = ["device-bundle"].
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-export CED_BUILD_DIR=$root/build-cuda
+export CED_BUILD_DIR=${CED_BUILD_DIR:-$root/build-cuda}
 export CUDACXX=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 export CED_CMAKE_ARGS="-DCED_ENABLE_CUDA=ON -DCED_CUDA_ARCHS=90"
 "$root/scripts/setup.sh"
@@ -17,6 +17,7 @@ mkdir -p "$out/bin" "$out/lib"
 for exe in tools/ced unit-tests/gpu_side_by_side_test optimized/cuda_backend_test; do
   cp "$CED_BUILD_DIR/$exe" "$out/bin/"
 done
+strip --strip-debug "$out"/bin/*  # the device tool carries 64 MiB at most
 for exe in "$out"/bin/*; do
   ldd "$exe" | awk '/=> \// {print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
@@ -26,3 +27,5 @@ for exe in "$out"/bin/*; do
   done
 done
 du -sh "$out"
+size=$(du -sm "$out" | cut -f1)
+if [ "$size" -gt 60 ]; then echo "device-bundle is ${size} MiB; the device tool carries 64 MiB in all" >&2; exit 1; fi
