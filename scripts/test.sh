@@ -16,11 +16,12 @@ case "$tier" in
   long) args=() ;;
   *) echo "test.sh: tier must be smoke, default or long" >&2; exit 2 ;;
 esac
-cd "$build"
-ctest --output-on-failure -j "$(nproc)" "${args[@]}"
 # The default and long tiers also run each libFuzzer target (clang, ASan,
 # UBSan) for CED_FUZZ_SECONDS (default 60; 0 skips) with a fixed seed; without
-# clang's libFuzzer runtime the script prints SKIP.
+# clang's libFuzzer runtime the script prints SKIP. CTest runs last, so its
+# summary closes the output.
 if [ "$tier" != smoke ] && [ "${CED_FUZZ_SECONDS:-60}" -gt 0 ]; then
   FUZZ_SEED=${FUZZ_SEED:-1} "$root/fuzz/run-fuzzers.sh" "${CED_FUZZ_SECONDS:-60}"
 fi
+cd "$build"
+exec ctest --output-on-failure -j "$(nproc)" "${args[@]}"
