@@ -354,6 +354,56 @@ void validate_tokens(const Config& c, const std::vector<int32_t>& tokens) {
                                    c.vocab_size));
 }
 
+Config with_override(Config c, std::string_view kv) {
+  const auto eq = kv.find('=');
+  if (eq == std::string_view::npos) throw InputError(fmt::format("--set: '{}' is not KEY=VALUE", kv));
+  const std::string key(kv.substr(0, eq)), value(kv.substr(eq + 1));
+  auto to_int = [&](const std::string& v) {
+    int64_t x = 0;
+    size_t used = 0;
+    try {
+      x = std::stoll(v, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != v.size()) fail(key, fmt::format("'{}' is not an integer", v));
+    return x;
+  };
+  bool done = false;
+  for (const auto& k : kIntKeys)
+    if (key == k.key) c.*k.member = to_int(value), done = true;
+  for (const auto& k : kRealKeys)
+    if (key == k.key) {
+      size_t used = 0;
+      double x = 0;
+      try {
+        x = std::stod(value, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != value.size()) fail(key, fmt::format("'{}' is not a number", value));
+      c.*k.member = x;
+      done = true;
+    }
+  for (const auto& k : kListKeys)
+    if (key == k.key) {
+      std::vector<int64_t> v;
+      std::stringstream ss(value);
+      for (std::string item; std::getline(ss, item, ',');) v.push_back(to_int(item));
+      c.*k.member = std::move(v);
+      done = true;
+    }
+  if (key == "tie_decoder_kv") {
+    if (value != "true" && value != "false") fail(key, "must be true or false");
+    c.tie_decoder_kv = value == "true";
+    done = true;
+  }
+  if (!done) fail(key, "unknown key (--set)");
+  c.name += fmt::format("[{}]", kv);
+  validate(c);
+  return c;
+}
+
 Config parse_config_toml(std::string_view text, const std::string& origin) {
   toml::table tbl;
   try {

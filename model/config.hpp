@@ -83,6 +83,10 @@ Config load_config(std::string_view name_or_path);
 // Serialises every key (round-trips through parse_config_toml).
 std::string to_toml(const Config& c);
 
+// Overrides one key: "window=64", "rms_eps=1e-5", "compress_ratios=0,2,2,1",
+// "tie_decoder_kv=true". The result is validated; InputError naming the key.
+Config with_override(Config c, std::string_view key_eq_value);
+
 // SPEC §1 validation: throws InputError("config: <key>: <why>").
 void validate(const Config& c);
 // Token ids must be < V.

@@ -20,9 +20,14 @@ void ModelOptions::add(CLI::App* sub, bool config_required) {
   if (config_required) o->required();
   sub->add_option("--weight-seed", weight_seed, "weight_seed of SPEC §2")->capture_default_str();
   sub->add_option("--token-seed", token_seed, "token_seed of SPEC §2")->capture_default_str();
+  sub->add_option("--set", set, "override a config key, KEY=VALUE (repeatable), e.g. --set window=64");
 }
 
-Config ModelOptions::load() const { return load_config(config); }
+Config ModelOptions::load() const {
+  Config c = load_config(config);
+  for (const auto& kv : set) c = with_override(c, kv);
+  return c;
+}
 
 const std::vector<std::string>& backend_names() {
   static const std::vector<std::string> n = {"reference", "reference-f64", "cuda", "cuda-bf16"};

@@ -16,6 +16,7 @@ struct ModelOptions {
   std::string config = "tiny";
   uint64_t weight_seed = 0;
   uint64_t token_seed = 0;
+  std::vector<std::string> set;  // --set KEY=VALUE overrides, in order
   void add(CLI::App* sub, bool config_required = true);
   Config load() const;  // InputError
 };

@@ -139,3 +139,16 @@ TEST(MemoryEstimate, V41FlashNeedsFarMoreThanThisMachine) {
   // 24 GiB here; the real model's weights alone are hundreds of GB in f32.
   EXPECT_GT(estimate_run_bytes(builtin_config("v41-flash"), 1, 4), 100e9);
 }
+
+TEST(Override, SetsOneKeyAndRevalidates) {
+  const Config c = with_override(builtin_config("v41-shape"), "window=64");
+  EXPECT_EQ(c.window, 64);
+  EXPECT_EQ(make_plan(c).exact_replay(), 1 + 20 * 63);
+  EXPECT_EQ(with_override(builtin_config("tiny"), "rms_eps=1e-5").rms_eps, 1e-5);
+  EXPECT_EQ(with_override(builtin_config("tiny"), "compress_ratios=0,2,2,2,1,1,1,1").compress_ratios,
+            builtin_config("tiny").compress_ratios);
+  EXPECT_THROW(with_override(builtin_config("tiny"), "window=0"), InputError);
+  EXPECT_THROW(with_override(builtin_config("tiny"), "window=x"), InputError);
+  EXPECT_THROW(with_override(builtin_config("tiny"), "nosuch=1"), InputError);
+  EXPECT_THROW(with_override(builtin_config("tiny"), "window"), InputError);
+}
