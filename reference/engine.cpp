@@ -385,19 +385,14 @@ void Engine<T>::import_cache(const PersistedCache& pc) {
     s.entries.cols = c_.head_dim;
     s.index_keys.cols = c_.index_head_dim;
     s.n_tokens = sc.n_tokens;
-    std::vector<T> row;
-    for (int64_t j = 0; j < sc.entries.rows(); ++j) {
-      row.assign(sc.entries.row(j).data(), sc.entries.row(j).data() + c_.head_dim);
-      for (int64_t x = 0; x < c_.head_dim; ++x) row[size_t(x)] = T(sc.entries(j, x));
-      s.entries.append(j, row.data());
-      row.resize(size_t(c_.index_head_dim));
-      for (int64_t x = 0; x < c_.index_head_dim; ++x) row[size_t(x)] = T(sc.index_keys(j, x));
-      s.index_keys.append(j, row.data());
-    }
-    for (int64_t i = 0; i < sc.pending_c.size(); ++i) {
-      s.pending_c.push_back(T(sc.pending_c.data()[i]));
-      s.pending_z.push_back(T(sc.pending_z.data()[i]));
-    }
+    // Row-major MatD -> T, element by element (the cache holds T's values exactly).
+    auto to_t = [](const MatD& m) { return std::vector<T>(m.data(), m.data() + m.size()); };
+    s.entries.data = to_t(sc.entries);
+    s.entries.first = sc.entries.rows() ? 0 : -1;
+    s.index_keys.data = to_t(sc.index_keys);
+    s.index_keys.first = s.entries.first;
+    s.pending_c = to_t(sc.pending_c);
+    s.pending_z = to_t(sc.pending_z);
   }
   if (int64_t(pc.sources.size()) != int64_t(p_.kv_sources.size()))
     throw InputError(fmt::format("cache: {} kv sources, the config has {}", pc.sources.size(), p_.kv_sources.size()));
