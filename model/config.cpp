@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -172,6 +173,15 @@ Config make_v41_flash() {
   c.n_shared_experts = 1;
   c.moe_dim = 2304;
   return c;
+}
+
+// `v` parsed as one N, the whole text; InputError naming `key` otherwise.
+template <class N>
+N parse_whole(const std::string& key, const std::string& v, const char* what) {
+  N x{};
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size()) fail(key, fmt::format("'{}' is not {}", v, what));
+  return x;
 }
 
 bool sorted_unique(const std::vector<int64_t>& v) {
@@ -358,33 +368,12 @@ Config with_override(Config c, std::string_view kv) {
   const auto eq = kv.find('=');
   if (eq == std::string_view::npos) throw InputError(fmt::format("--set: '{}' is not KEY=VALUE", kv));
   const std::string key(kv.substr(0, eq)), value(kv.substr(eq + 1));
-  auto to_int = [&](const std::string& v) {
-    int64_t x = 0;
-    size_t used = 0;
-    try {
-      x = std::stoll(v, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != v.size()) fail(key, fmt::format("'{}' is not an integer", v));
-    return x;
-  };
+  auto to_int = [&](const std::string& v) { return parse_whole<int64_t>(key, v, "an integer"); };
   bool done = false;
   for (const auto& k : kIntKeys)
     if (key == k.key) c.*k.member = to_int(value), done = true;
   for (const auto& k : kRealKeys)
-    if (key == k.key) {
-      size_t used = 0;
-      double x = 0;
-      try {
-        x = std::stod(value, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != value.size()) fail(key, fmt::format("'{}' is not a number", value));
-      c.*k.member = x;
-      done = true;
-    }
+    if (key == k.key) c.*k.member = parse_whole<double>(key, value, "a number"), done = true;
   for (const auto& k : kListKeys)
     if (key == k.key) {
       std::vector<int64_t> v;
