@@ -80,6 +80,8 @@ constexpr FaultName kFaults[] = {
     {Fault::PoolPinDropped, "pool-pin-dropped"},
     {Fault::ResumeReplayShort, "resume-replay-short"},
     {Fault::RopeInverseSkipped, "rope-inverse-skipped"},
+    {Fault::FfnOutputScaled, "ffn-output-scaled"},
+    {Fault::ThreadDependentReduction, "thread-dependent-reduction"},
 };
 }  // namespace
 

@@ -43,6 +43,9 @@ enum class Fault {
   PoolPinDropped,          // candidate pool without the pinned newest block
   ResumeReplayShort,       // resume replays W-1 positions: s_r = max(0, P - W + 1)
   RopeInverseSkipped,      // attention output not inverse-rotated
+  FfnOutputScaled,         // FFN output added times 1 + 2^-10: a small numerical slip every run carries alike
+  ThreadDependentReduction,  // FFN matmuls sum k descending on OpenMP threads other than 0 (only where a
+                             // parallel region opens: above ~1M multiply-adds, ops.hpp matmul_rows)
 };
 const std::vector<Fault>& all_faults();  // excluding None
 const char* fault_name(Fault f);

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <omp.h>
+
 #include <filesystem>
 
 #include "io/hdf5_file.hpp"
@@ -16,12 +18,22 @@ const LayerCapture& layer_of(const RunResult& r, int64_t l) { return r.layers[si
 std::string compare_runs_bitwise(const RunResult& a, const RunResult& b, const char* what) {
   if (a.positions != b.positions) return fmt::format("{}: logits positions differ", what);
   if (!bits_equal(a.logits, b.logits)) return fmt::format("{}: logits differ", what);
-  for (size_t l = 0; l < std::min(a.layers.size(), b.layers.size()); ++l) {
+  // A capture missing on one side is a difference, not fewer things to compare.
+  if (a.layers.size() != b.layers.size())
+    return fmt::format("{}: {} captured layers vs {}", what, a.layers.size(), b.layers.size());
+  for (size_t l = 0; l < a.layers.size(); ++l) {
     const auto &x = a.layers[l], &y = b.layers[l];
     if (x.positions != y.positions) return fmt::format("{}: layer {} positions differ", what, l);
     if (!bits_equal(x.out, y.out)) return fmt::format("{}: layer {} out differs", what, l);
-    if (x.has_topk && x.topk != y.topk) return fmt::format("{}: layer {} topk differs", what, l);
+    if (x.has_topk != y.has_topk) return fmt::format("{}: layer {} has a selection on one side only", what, l);
+    if (x.has_topk && (x.topk.rows() != y.topk.rows() || x.topk.cols() != y.topk.cols() || x.topk != y.topk))
+      return fmt::format("{}: layer {} topk differs", what, l);
   }
+  return "";
+}
+
+std::string expect_capture(const RunResult& r, const Plan& p, const char* what) {
+  if (int64_t(r.layers.size()) != p.L) return fmt::format("{}: {} captured layers, the model has {}", what, r.layers.size(), p.L);
   return "";
 }
 
@@ -58,13 +70,16 @@ std::string check_cone(const Model& m, int64_t N, int64_t K) {
   const RunResult real = m.ced(N, std::to_string(K), 0, true);
   const RunResult probe = m.ced(N, std::to_string(K), 0, true, /*poison=*/true);
   const int64_t s = N - std::min(N, K);
+  for (const RunResult* r : {&full, &real, &probe})
+    if (auto e = expect_capture(*r, m.p, "cone"); !e.empty()) return e;
   for (int64_t l = 0; l < m.p.E; ++l)
     if (!bits_equal(layer_of(full, l).out, layer_of(real, l).out))
       return fmt::format("encoder layer {} differs from full mode", l);
   for (int64_t k = 0; k < m.p.D; ++k) {
     const int64_t l = m.p.E + k;
     const auto &f = layer_of(full, l), &r = layer_of(real, l), &pr = layer_of(probe, l);
-    if (r.positions.empty() || r.positions.front() != s || r.positions.back() != N - 1)
+    if (r.positions.empty()) return fmt::format("layer {}: decoder evaluated no position, replay is {}..{}", l, s, N - 1);
+    if (r.positions.front() != s || r.positions.back() != N - 1)
       return fmt::format("layer {}: decoder evaluated {}..{}, replay is {}..{}", l, r.positions.front(),
                          r.positions.back(), s, N - 1);
     for (int64_t p = s; p < N; ++p) {
@@ -119,8 +134,14 @@ std::string check_source_only_write(const Model& m, int64_t N) {
   auto fr = m.request(Mode::Full, N), cr = m.request(Mode::Ced, N, "bounded");
   fr.want_cache = cr.want_cache = true;
   const RunResult f = m.run(fr), c = m.run(cr);
+  if (!f.cache || !c.cache) return "source-only write: a run returned no cache";
+  if (f.cache->sources.size() != c.cache->sources.size())
+    return fmt::format("source-only write: {} kv sources in full mode, {} in ced", f.cache->sources.size(),
+                       c.cache->sources.size());
   for (size_t i = 0; i < f.cache->sources.size(); ++i) {
     const auto &a = f.cache->sources[i], &b = c.cache->sources[i];
+    if (a.layer != b.layer || a.ratio != b.ratio || a.n_tokens != b.n_tokens)
+      return fmt::format("kv source {}: layer, ratio or token count differ from full mode's", i);
     if (!bits_equal(a.entries, b.entries) || !bits_equal(a.index_keys, b.index_keys) ||
         !bits_equal(a.pending_c, b.pending_c) || !bits_equal(a.pending_z, b.pending_z))
       return fmt::format("kv source {}: ced entries differ from full mode's", a.layer);
@@ -129,17 +150,22 @@ std::string check_source_only_write(const Model& m, int64_t N) {
 }
 
 std::string check_reuse_selection(const Model& m, int64_t N) {
-  for (const RunResult& r : {m.full(N, 1, true), m.ced(N, "bounded", 1, true)})
+  for (const RunResult& r : {m.full(N, 1, true), m.ced(N, "bounded", 1, true)}) {
+    if (auto e = expect_capture(r, m.p, "reuse selection"); !e.empty()) return e;
     for (const auto& lp : m.p.layers) {
       if (lp.role != Role::Reuse) continue;
       const auto &a = layer_of(r, lp.layer), &b = layer_of(r, lp.idx_src);
-      if (a.positions != b.positions || a.topk != b.topk)
+      if (!a.has_topk || !b.has_topk)
+        return fmt::format("Reuse layer {} or idx_src {} stores no selection", lp.layer, lp.idx_src);
+      if (a.positions != b.positions || a.topk.rows() != b.topk.rows() || a.topk.cols() != b.topk.cols() ||
+          a.topk != b.topk)
         return fmt::format("Reuse layer {}: selection differs from idx_src {}", lp.layer, lp.idx_src);
     }
+  }
   return "";
 }
 
-std::string check_shared_kv(const Config& c, int64_t N, Fault fault) {
+std::string check_shared_kv(const Config& c, int64_t N, Fault fault, const BackendDecorator& wrap) {
   const int64_t E = c.n_encoder_layers, L = c.n_layers, r = c.compress_ratios[size_t(E)];
   Config x = c, y = c;
   std::vector<int64_t> kv, idx;
@@ -165,7 +191,12 @@ std::string check_shared_kv(const Config& c, int64_t N, Fault fault) {
   untied.tie_decoder_kv = false;
   validate(x);
   validate(y);
-  const Model mx(x, true, fault), my(y, true, fault), mu(untied, true, fault);
+  Model mx(x, true, fault), my(y, true, fault), mu(untied, true, fault);
+  if (wrap) {
+    mx.be = wrap(std::move(mx.be), "tied");
+    my.be = wrap(std::move(my.be), "reindex");
+    mu.be = wrap(std::move(mu.be), "untied");
+  }
   const RunResult rx = mx.full(N, 1), ry = my.full(N, 1);
   if (!bits_equal(rx.logits, ry.logits)) return "tied decoder kv sources differ from Reindex layers over layer E";
   const RunResult cx = mx.ced(N, "bounded", 1), cy = my.ced(N, "bounded", 1);
@@ -209,6 +240,21 @@ std::string check_resume_saved_cache(const Model& m, int64_t N, int64_t P) {
   return "";
 }
 
+std::string check_flops_of(const Model& m, const RunRequest& r) {
+  const FlopCount got = m.run(r).flops;
+  const FlopCount want = flop_model(m.c, m.p, flop_query(r));
+  if (got.per_layer.size() != want.per_layer.size())
+    return fmt::format("{} N {}: counter has {} rows, oracle {}", mode_name(r.mode), r.n_prompt, got.per_layer.size(),
+                       want.per_layer.size());
+  for (size_t l = 0; l < want.per_layer.size(); ++l)
+    for (int k = 0; k < kFlopKinds; ++k)
+      if (got.per_layer[l][size_t(k)] != want.per_layer[l][size_t(k)])
+        return fmt::format("{} N {}: {} {}: counted {}, oracle {}", mode_name(r.mode), r.n_prompt,
+                           l + 1 == want.per_layer.size() ? std::string("lm_head row") : fmt::format("layer {}", l),
+                           flop_kind_name(k), got.per_layer[l][size_t(k)], want.per_layer[l][size_t(k)]);
+  return "";
+}
+
 std::string check_flops(const Model& m, int64_t N) {
   std::vector<RunRequest> reqs;
   reqs.push_back(m.request(Mode::Full, N, "none", 2));
@@ -218,15 +264,8 @@ std::string check_flops(const Model& m, int64_t N) {
   res.prefix_len = N / 2;
   reqs.push_back(res);
   reqs[1].logits = LogitsScope::Last;
-  for (const auto& r : reqs) {
-    const FlopCount got = m.run(r).flops;
-    const FlopCount want = flop_model(m.c, m.p, flop_query(r));
-    for (size_t l = 0; l < want.per_layer.size(); ++l)
-      for (int k = 0; k < kFlopKinds; ++k)
-        if (got.per_layer[l][size_t(k)] != want.per_layer[l][size_t(k)])
-          return fmt::format("{} N {}: layer {} {}: counted {}, oracle {}", mode_name(r.mode), N, l, flop_kind_name(k),
-                             got.per_layer[l][size_t(k)], want.per_layer[l][size_t(k)]);
-  }
+  for (const auto& r : reqs)
+    if (auto e = check_flops_of(m, r); !e.empty()) return e;
   return "";
 }
 
@@ -235,6 +274,42 @@ std::string check_decode_equals_prefill(const Model& m, int64_t N, int64_t K) {
   if (!bits_equal(dec.logits.bottomRows(K), longer.logits.bottomRows(K)))
     return "decode after full prefill differs from a longer full prefill";
   return "";
+}
+
+std::string check_thread_invariance(const Model& m, int64_t N) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const RunResult one = m.ced(N, "bounded", 2, true);
+  omp_set_num_threads(2);
+  const RunResult two = m.ced(N, "bounded", 2, true);
+  omp_set_num_threads(saved);
+  return compare_runs_bitwise(one, two, "1 thread vs 2 threads");
+}
+
+std::string check_batch_invariance(const Model& m, int64_t N, int64_t extra) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(2);  // a batch moves rows between threads only when there are two
+  const RunResult a = m.full(N, 0, true), b = m.full(N + extra, 0, true);
+  omp_set_num_threads(saved);
+  for (const RunResult* r : {&a, &b})
+    if (auto e = expect_capture(*r, m.p, "batch invariance"); !e.empty()) return e;
+  for (int64_t p = 0; p < N; ++p)
+    if (!rows_equal(a.logits, a.positions, b.logits, b.positions, p))
+      return fmt::format("logits at position {} differ between a batch of {} and of {}", p, N, N + extra);
+  for (int64_t l = 0; l < m.p.L; ++l)
+    for (int64_t p = 0; p < N; ++p)
+      if (!rows_equal(a.layers[size_t(l)].out, a.layers[size_t(l)].positions, b.layers[size_t(l)].out,
+                      b.layers[size_t(l)].positions, p))
+        return fmt::format("layer {} at position {} differs between a batch of {} and of {}", l, p, N, N + extra);
+  return "";
+}
+
+Config wide_config(const Config& base) {
+  // The FFN's shared expert multiplies [n, d] by [d, moe_dim]: at d = 256 and
+  // moe_dim = 128 that is 32768 multiply-adds per row, so from n = 33 rows on
+  // it passes matmul_rows' parallel threshold (2^20).
+  Config c = with_override(base, "d_model=256");
+  return with_override(c, "moe_dim=128");
 }
 
 Spans empirical_spans(const Model& m, int64_t N, int64_t P,

@@ -17,11 +17,25 @@ std::string check_decode_bound(const Model& m, int64_t N, int64_t steps);
 std::string check_bounded_equals_exact_short(const Model& m, int64_t N);
 std::string check_source_only_write(const Model& m, int64_t N);
 std::string check_reuse_selection(const Model& m, int64_t N);
-std::string check_shared_kv(const Config& c, int64_t N, Fault fault = Fault::None);
+// Builds its own models (tied, Reindex, untied); `wrap`, when given, wraps
+// each one's backend (label "tied", "reindex", "untied"): the tests of the
+// checks plant differences through it.
+std::string check_shared_kv(const Config& c, int64_t N, Fault fault = Fault::None, const BackendDecorator& wrap = {});
 std::string check_resume_short_prefix(const Model& m, int64_t N, int64_t P);
 std::string check_resume_saved_cache(const Model& m, int64_t N, int64_t P);
 std::string check_flops(const Model& m, int64_t N);
+// The counter of one run against the oracle's FLOP model, every layer and kind.
+std::string check_flops_of(const Model& m, const RunRequest& r);
 std::string check_decode_equals_prefill(const Model& m, int64_t N, int64_t K);
+// SPEC §3 invariants: a ced run (bounded replay, 2 decode steps, captured) on 1
+// and on 2 OpenMP threads gives the same bits; positions 0..N-1 of a full run
+// of N and of N + extra (on 2 threads) give the same bits. They guard the
+// parallel regions only on a model wide enough to open them (wide_config).
+std::string check_thread_invariance(const Model& m, int64_t N);
+std::string check_batch_invariance(const Model& m, int64_t N, int64_t extra);
+// `base` widened (d_model 256, moe_dim 128) so that at N >= 33 positions the
+// FFN's matmuls run in matmul_rows' OpenMP parallel region.
+Config wide_config(const Config& base);
 
 // Spans found on the model by search over replay length (SPEC §4, §6).
 struct Spans {

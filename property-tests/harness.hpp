@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "model/run.hpp"
 #include "model/weights.hpp"
@@ -13,6 +15,10 @@ namespace ced::prop {
 
 constexpr uint64_t kWeightSeed = 20261129;
 constexpr uint64_t kTokenSeed = 7;
+
+// Replaces a backend by a wrapper of it (label: which model of a check it
+// serves); the tests of the checks plant differences this way.
+using BackendDecorator = std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>, const std::string& label)>;
 
 struct Model {
   Config c;

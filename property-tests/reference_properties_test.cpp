@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <rapidcheck/gtest.h>
 
+#include "property-tests/ced_checks.hpp"
 #include "property-tests/generators.hpp"
 #include "property-tests/harness.hpp"
 
@@ -45,6 +46,43 @@ TEST(ReferenceProperties, OneAndTwoThreadsGiveTheSameBits) {
     EXPECT_TRUE(bits_equal(one.logits, two.logits)) << name;
     for (size_t l = 0; l < one.layers.size(); ++l) EXPECT_TRUE(bits_equal(one.layers[l].out, two.layers[l].out));
   }
+}
+
+// tiny and small above never reach matmul_rows' parallel threshold (2^20
+// multiply-adds: small's widest product at N = 37 is the lm_head, 37·64·211 =
+// 0.5M), so they cannot see a thread-dependent reduction in a matmul. The wide
+// variants (d_model 256, moe_dim 128) at N = 40 run the FFN's shared-expert
+// matmuls (40·256·128 = 1.3M) and the lm_head in the parallel region, in f32
+// and f64.
+constexpr int64_t kWideN = 40;
+
+TEST(ReferenceProperties, OneAndTwoThreadsGiveTheSameBitsWhereMatmulsRunInParallel) {
+  for (const char* name : {"tiny", "small"})
+    for (bool f64 : {false, true}) {
+      const Model m(wide_config(builtin_config(name)), f64);
+      EXPECT_EQ(check_thread_invariance(m, kWideN), "") << name << (f64 ? " f64" : " f32");
+    }
+}
+
+TEST(ReferenceProperties, PositionResultsAreBatchInvariantWhereMatmulsRunInParallel) {
+  // extra = 8 rows moves the static schedule's split between the two threads by one 4-row tile.
+  for (const char* name : {"tiny", "small"}) {
+    const Model m(wide_config(builtin_config(name)), false);
+    EXPECT_EQ(check_batch_invariance(m, kWideN, 8), "") << name;
+  }
+}
+
+// Negative controls: a reduction whose order depends on the thread, planted in
+// the FFN (Fault::ThreadDependentReduction), fails both invariance checks at
+// the wide size.
+TEST(ReferenceProperties, ThreadInvarianceFailsOnAThreadDependentReductionInAWideLayer) {
+  const Model m(wide_config(builtin_config("tiny")), false, Fault::ThreadDependentReduction);
+  EXPECT_NE(check_thread_invariance(m, kWideN), "");
+}
+
+TEST(ReferenceProperties, BatchInvarianceFailsOnAThreadDependentReductionInAWideLayer) {
+  const Model m(wide_config(builtin_config("tiny")), false, Fault::ThreadDependentReduction);
+  EXPECT_NE(check_batch_invariance(m, kWideN, 8), "");
 }
 
 TEST(ReferenceProperties, RunsAreDeterministic) {

@@ -251,9 +251,10 @@ void Engine<T>::ffn(int64_t l, Mat<T>& X) {
   auto swiglu = [&](const ExpertWeights<T>& ex, const std::vector<int64_t>& rows) {
     Mat<T> v(int64_t(rows.size()), d);
     for (size_t r = 0; r < rows.size(); ++r) v.row(int64_t(r)) = f.row(rows[r]);
-    Mat<T> h1 = matmul(v, ex.w1), h3 = matmul(v, ex.w3);
+    const bool thread_dep = faulted(Fault::ThreadDependentReduction, l);
+    Mat<T> h1 = matmul(v, ex.w1, thread_dep), h3 = matmul(v, ex.w3, thread_dep);
     for (int64_t i = 0; i < h1.size(); ++i) h1.data()[i] = silu(h1.data()[i]) * h3.data()[i];
-    return matmul(h1, ex.w2);
+    return matmul(h1, ex.w2, thread_dep);
   };
   for (int64_t e = 0; e < ne; ++e) {
     std::vector<int64_t> rows;
@@ -272,6 +273,7 @@ void Engine<T>::ffn(int64_t l, Mat<T>& X) {
   }
   const int64_t per_row = (ne > 0 ? c_.n_active_experts : 0) + c_.n_shared_experts;
   count(l, kFlopExperts, 2 * 3 * n * d * m * per_row);
+  if (faulted(Fault::FfnOutputScaled, l)) out *= T(1 + 1.0 / 1024);
   X += out;
 }
 

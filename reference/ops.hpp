@@ -9,21 +9,34 @@
 #include <limits>
 #include <vector>
 
+#include <omp.h>
+
 #include "model/weights.hpp"
 
 namespace ced::ref {
 
+// matmul_rows opens an OpenMP parallel region only above this many
+// multiply-adds (n·k·m): below it the threads cost more than they save. The
+// thread and batch invariance tests must run sizes above it.
+constexpr int64_t kParallelMultiplyAdds = int64_t(1) << 20;
+
 // Y[n, m] = X[n, k] W[k, m]. Each Y[i, j] = sum over k ascending of
 // X[i, k] * W[k, j], accumulated in T from 0. Rows are independent (OpenMP
 // over rows); the inner loop runs over j, so vectorising it keeps the order.
+//
+// thread_dependent (Fault::ThreadDependentReduction, a negative control of the
+// thread and batch invariance tests): threads other than 0 sum k descending.
+// It changes bits only where the parallel region really opens.
 template <class T>
-void matmul_rows(const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y) {
+void matmul_rows(const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y, bool thread_dependent = false) {
   constexpr int64_t kTile = 4;  // rows sharing one pass over W; does not change any element's order
-#pragma omp parallel for schedule(static) if (n * k * m > (1 << 20))
+#pragma omp parallel for schedule(static) if (n * k * m > kParallelMultiplyAdds)
   for (int64_t i0 = 0; i0 < n; i0 += kTile) {
     const int64_t i1 = std::min(n, i0 + kTile);
+    const bool descending = thread_dependent && omp_get_thread_num() != 0;
     for (int64_t i = i0; i < i1; ++i) std::fill(Y + i * m, Y + (i + 1) * m, T(0));
-    for (int64_t kk = 0; kk < k; ++kk) {
+    for (int64_t step = 0; step < k; ++step) {
+      const int64_t kk = descending ? k - 1 - step : step;
       const T* w = W + kk * m;
       for (int64_t i = i0; i < i1; ++i) {
         const T a = X[i * k + kk];
@@ -35,9 +48,9 @@ void matmul_rows(const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y) 
 }
 
 template <class T>
-Mat<T> matmul(const Mat<T>& X, const Mat<T>& W) {
+Mat<T> matmul(const Mat<T>& X, const Mat<T>& W, bool thread_dependent = false) {
   Mat<T> Y(X.rows(), W.cols());
-  matmul_rows(X.data(), X.rows(), X.cols(), W.data(), W.cols(), Y.data());
+  matmul_rows(X.data(), X.rows(), X.cols(), W.data(), W.cols(), Y.data(), thread_dependent);
   return Y;
 }
 

@@ -5,6 +5,7 @@
 #include "model/error.hpp"
 #include "oracle/run_compare.hpp"
 #include "tools/common.hpp"
+#include "tools/golden_calibration.hpp"
 #include "tools/golden_set.hpp"
 
 namespace ced::tools {
@@ -94,11 +95,19 @@ Runner add_gate(CLI::App& app) {
 Runner add_golden(CLI::App& app) {
   auto dir = std::make_shared<std::string>(default_golden_dir().string());
   auto* sub = app.add_subcommand("golden", "golden files: `ced golden regenerate` is the one command that writes them");
-  auto* regen = sub->add_subcommand("regenerate", "rewrite every golden file with reference-f64");
+  auto* regen = sub->add_subcommand("regenerate", "rewrite every golden file with reference-f64 (and their calibration)");
   regen->add_option("--dir", *dir, "golden directory")->capture_default_str();
+  auto* calib = sub->add_subcommand(
+      "calibrate", "measure the f32 reference's error against every golden tensor into DIR/calibration.toml");
+  calib->add_option("--dir", *dir, "golden directory")->capture_default_str();
   sub->require_subcommand(1);
-  return {sub, [dir] {
-            regenerate_golden(*dir, true);
+  return {sub, [dir, calib] {
+            if (calib->parsed()) {
+              write_golden_calibration(*dir, measure_golden_calibration(*dir, true));
+              std::printf("wrote %s\n", (std::filesystem::path(*dir) / kCalibrationFile).string().c_str());
+            } else {
+              regenerate_golden(*dir, true);
+            }
             return 0;
           }};
 }

@@ -30,7 +30,8 @@ std::vector<std::pair<std::string, RunRequest>> golden_requests(const GoldenReci
 // logits scope from its attributes; tokens from the file).
 RunRequest request_of(const RunFile& f, const RunResult& stored);
 
-// Writes every golden file into dir with the reference-f64 backend.
+// Writes every golden file into dir with the reference-f64 backend, then
+// their calibration (golden_calibration.hpp).
 void regenerate_golden(const std::filesystem::path& dir, bool verbose);
 
 // The project's golden/ folder (compiled in), for defaults.

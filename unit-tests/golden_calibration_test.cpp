@@ -1,0 +1,123 @@
+// The stored calibration of the golden set (tools/golden_calibration.hpp):
+// the f32 gate's self-calibrating bounds come from calibration.toml, measured
+// once, so a numerical slip in the f32 reference fails its out and logits
+// verdicts; the file reads back bit for bit; a missing, malformed or stale
+// file is bad input.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "model/error.hpp"
+#include "tools/golden_calibration.hpp"
+#include "tools/golden_set.hpp"
+
+using namespace ced;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("ced-calibration-test-" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void write_text(const fs::path& p, const std::string& s) {
+  std::ofstream out(p, std::ios::binary);
+  out << s;
+}
+
+tools::GateOptions f32_gate(const fs::path& dir, const std::string& only) {
+  tools::GateOptions g;
+  g.dir = dir;
+  g.backend = "reference";
+  g.only = only;
+  g.quiet = true;
+  return g;
+}
+
+}  // namespace
+
+// The defect this file fixes: the f32 gate took its bounds from the run it
+// judged, so its out and logits verdicts could not fail. ffn-output-scaled
+// moves every hidden state by about 2^-10 of the FFN's share and changes no
+// selection, so only the out and logits verdicts can catch it.
+TEST(GoldenCalibration, F32GateFailsOnASmallNumericalSlipInTheF32Reference) {
+  auto g = f32_gate(tools::default_golden_dir(), "tiny.h5:full");
+  ASSERT_TRUE(tools::run_gate(g).failures.empty()) << "the unfaulted f32 reference must pass";
+  g.fault = Fault::FfnOutputScaled;
+  const auto rep = tools::run_gate(g);
+  ASSERT_EQ(rep.failures.size(), 1u);
+  const std::string& what = rep.failures[0].what;
+  EXPECT_TRUE(what.find("/out") != std::string::npos || what.find("/logits") != std::string::npos) << what;
+  EXPECT_EQ(what.find("/topk"), std::string::npos) << what;
+}
+
+TEST(GoldenCalibration, WrittenCalibrationReadsBackBitForBit) {
+  const fs::path dir = scratch("roundtrip");
+  tools::GoldenCalibration cal;
+  auto& f = cal.files["x.h5"];
+  f.bytes = 12345;
+  f.fnv1a64 = 0xFEDCBA9876543210ull;
+  const double awkward[] = {0.0, 0.1, 1e-300, std::numeric_limits<double>::denorm_min(), 3.0, 1.0 / 3.0,
+                            std::numeric_limits<double>::max()};
+  for (size_t i = 0; i < std::size(awkward); ++i)
+    f.tensors["runs/r/layers/" + std::to_string(i) + "/out"] = Calibration{awkward[i], awkward[std::size(awkward) - 1 - i]};
+  tools::write_golden_calibration(dir, cal);
+  const auto back = tools::read_golden_calibration(dir);
+  ASSERT_EQ(back.files.size(), 1u);
+  const auto& b = back.files.at("x.h5");
+  EXPECT_EQ(b.bytes, f.bytes);
+  EXPECT_EQ(b.fnv1a64, f.fnv1a64);
+  ASSERT_EQ(b.tensors.size(), f.tensors.size());
+  for (const auto& [name, c] : f.tensors) {
+    EXPECT_EQ(b.tensors.at(name).rel_l2, c.rel_l2) << name;
+    EXPECT_EQ(b.tensors.at(name).max_abs, c.max_abs) << name;
+  }
+}
+
+TEST(GoldenCalibration, CommittedFileCoversEveryGoldenFileAsItIs) {
+  const fs::path dir = tools::default_golden_dir();
+  const auto cal = tools::read_golden_calibration(dir);
+  for (const char* name : {"tiny.h5", "small.h5", "v41-shape.h5"}) {
+    const auto& fc = tools::calibration_of_file(cal, dir / name);  // throws when stale
+    EXPECT_FALSE(fc.tensors.empty()) << name;
+    // The f32 reference is not exact: a zero error would make the bound a bare floor.
+    for (const auto& [t, c] : fc.tensors) EXPECT_GT(c.rel_l2, 0.0) << name << " " << t;
+  }
+}
+
+TEST(GoldenCalibration, GateRefusesAMissingMalformedOrStaleCalibration) {
+  const fs::path dir = scratch("gate");
+  for (const char* name : {"tiny.h5", "policy-calibrated.toml"})
+    fs::copy_file(tools::default_golden_dir() / name, dir / name);
+  const auto g = f32_gate(dir, "tiny.h5:full");
+  auto message = [&] {
+    try {
+      tools::run_gate(g);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no InputError");
+  };
+  EXPECT_NE(message().find("ced golden calibrate"), std::string::npos) << message();  // missing
+  write_text(dir / tools::kCalibrationFile, "[[file]]\nname = \"tiny.h5\"\nbytes = 1\n");
+  EXPECT_NE(message().find("calibration.toml:"), std::string::npos) << message();  // malformed
+  // Every tensor of the real file, but measured on other bytes.
+  auto cal = tools::read_golden_calibration(tools::default_golden_dir());
+  cal.files.at("tiny.h5").fnv1a64 ^= 1;
+  tools::write_golden_calibration(dir, cal);
+  EXPECT_NE(message().find("measured on another tiny.h5"), std::string::npos) << message();  // stale
+  cal.files.at("tiny.h5").fnv1a64 ^= 1;
+  cal.files.at("tiny.h5").tensors.at("runs/full/logits").rel_l2 = -1;
+  tools::write_golden_calibration(dir, cal);
+  EXPECT_NE(message().find("must be finite and >= 0"), std::string::npos) << message();  // negative
+  cal.files.at("tiny.h5").tensors.at("runs/full/logits").rel_l2 = 1e-7;
+  tools::write_golden_calibration(dir, cal);
+  EXPECT_EQ(message(), "no InputError");  // and the copy then gates
+  fs::remove_all(dir.parent_path());
+}
