@@ -86,7 +86,9 @@ std::vector<NamedCheck> checks() {
 // that only a longer batch has completed); a thread-dependent reduction
 // sits in a matmul, which opens its parallel region only on the wide model,
 // so no tiny check and no tiny golden file sees it. flops=oracle catches the
-// faults that change the work done.
+// faults that change the work done. bounded=exact(N<=W) catches none of these
+// faults (with N <= W both replays cover every position); checks_plant_test
+// proves it can still fail.
 const std::map<std::string, std::string>& expected_matrix() {
   static const std::map<std::string, std::string> m = {
       //                              replay-full=full
