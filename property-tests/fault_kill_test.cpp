@@ -128,7 +128,12 @@ const std::map<std::string, std::string>& expected_matrix() {
 TEST(FaultKillTable, UnfaultedModelPassesEveryCheck) {
   for (const char* cfg : {"tiny", "small"})
     for (const auto& ch : checks()) {
-      if (std::string(ch.name).rfind("golden", 0) == 0 && std::string(cfg) != "tiny") continue;
+      const std::string name = ch.name;
+      if (name.rfind("golden", 0) == 0 && std::string(cfg) != "tiny") continue;
+      // reference_properties_test runs the invariance checks on small's wide variant.
+      if (name.rfind("threads", 0) == 0 || name.rfind("batch", 0) == 0) {
+        if (std::string(cfg) != "tiny") continue;
+      }
       EXPECT_EQ(ch.run(builtin_config(cfg), Fault::None), "") << cfg << " " << ch.name;
     }
 }
