@@ -10,7 +10,7 @@ Fails (exit 1, one line per problem) on:
             docs/spec.md (every § in this repository cites that file);
   old-cite  the retired citation form (the word SPEC followed by §): cite `docs/spec.md §N`;
   outside   a reference to something outside the repository: a sibling checkout's shared
-            folder, a SPEC.md contract file, or an absolute path into the filesystem of the
+            folder, an external contract file, or an absolute path into the filesystem of the
             machine the project was developed on (see OUTSIDE below).
 Exit 2 on bad usage (ROOT is not a directory, or it has no docs/spec.md).
 
@@ -22,8 +22,8 @@ import re
 import subprocess
 import sys
 
-# The patterns are assembled from pieces so that this file does not match itself
-# when the repository is searched for them with grep.
+# The patterns are assembled from pieces so that this file, which is checked like any
+# other, does not match itself (nor a grep of the repository for them).
 OUTSIDE = [
     (re.compile(re.escape("..") + "/" + "shared"), "a path into a sibling 'shared' folder"),
     (re.compile(r"\bSPEC" + r"\.md\b"), "the external contract file (cite docs/spec.md)"),
@@ -135,17 +135,15 @@ def main(argv):
     sections = spec_sections(texts.get(SPEC, read_text(spec_path) or ""))
     anchor_cache = {}
     problems = []
-    me = os.path.relpath(os.path.abspath(__file__), root).replace(os.sep, "/")
 
     for rel, text in texts.items():
         lines = text.splitlines()
         for n, line in enumerate(lines, 1):
-            if rel != me:
-                for pat, what in OUTSIDE:
-                    if pat.search(line):
-                        problems.append(f"{rel}:{n}: outside: {what}: {line.strip()[:120]}")
-                if OLD_CITE.search(line):
-                    problems.append(f"{rel}:{n}: old-cite: write `{SPEC} §N` instead: {line.strip()[:120]}")
+            for pat, what in OUTSIDE:
+                if pat.search(line):
+                    problems.append(f"{rel}:{n}: outside: {what}: {line.strip()[:120]}")
+            if OLD_CITE.search(line):
+                problems.append(f"{rel}:{n}: old-cite: write `{SPEC} §N` instead: {line.strip()[:120]}")
             for m in SECTION.finditer(line):
                 if m.group(1) not in sections:
                     problems.append(f"{rel}:{n}: section: §{m.group(1)} is not a heading of {SPEC}")
