@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Runs on the lent GPU machine (see .library/device/README.md) from the bundle
-# scripts/make-device-bundle.sh made here: the gpu tests, `ced gate --backend
-# cuda`, and `ced bench` on `bench` at N = 8192. Results go under $OUT.
-# Usage (device tool): carry ["device-bundle"], command "tools/device-check.sh".
+# Runs on a GPU machine, from a checkout (or a copy of golden/ and tools/)
+# beside the device-bundle/ that scripts/make-device-bundle.sh built on a
+# machine with nvcc: the gpu tests, `ced gate --backend cuda`, and `ced bench`
+# on `bench` at N = 8192. The log goes to device-check.log in the folder named
+# by the environment variable OUT (default: device-out/ in the checkout).
+# Exit code 0 when every step passed, 1 otherwise.
+# Usage: tools/device-check.sh        (or OUT=/some/dir tools/device-check.sh)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=$root/device-bundle
