@@ -12,6 +12,18 @@
 #include "tools/common.hpp"
 
 namespace ced::tools {
+namespace {
+// A string as a JSON string literal (quotes, backslashes and control characters escaped).
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if (static_cast<unsigned char>(ch) < 0x20) out += fmt::format("\\u{:04x}", int(ch));
+    else out += ch;
+  }
+  return out + '"';
+}
+}  // namespace
 
 Runner add_bench(CLI::App& app) {
   struct Opts {
@@ -48,7 +60,7 @@ Runner add_bench(CLI::App& app) {
                 be = make_backend(name, c, o->model.weight_seed);
               } catch (const NotSupported& e) {
                 std::printf("%-14s not supported: %s\n", name.c_str(), e.what());
-                unsupported.push_back(fmt::format("{{\"backend\": \"{}\", \"why\": \"{}\"}}", name, e.what()));
+                unsupported.push_back(fmt::format("{{\"backend\": {}, \"why\": {}}}", json_string(name), json_string(e.what())));
                 continue;
               }
               // Best of --repeat; prefill and decode times as the backend measured them
