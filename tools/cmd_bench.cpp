@@ -2,6 +2,7 @@
 // the achieved FLOP rate from the SPEC §7 FLOP model, and the measured
 // ced/full time ratio beside the oracle's FLOP ratio.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <thread>
 
@@ -11,12 +12,25 @@
 #include "tools/common.hpp"
 
 namespace ced::tools {
+namespace {
+// A string as a JSON string literal (quotes, backslashes and control characters escaped).
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if (static_cast<unsigned char>(ch) < 0x20) out += fmt::format("\\u{:04x}", int(ch));
+    else out += ch;
+  }
+  return out + '"';
+}
+}  // namespace
 
 Runner add_bench(CLI::App& app) {
   struct Opts {
     ModelOptions model;
     int64_t tokens = 1024, decode = 8, repeat = 1;
     std::vector<std::string> backends = {"reference"};
+    std::string json;  // also write the figures here as JSON
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("bench", "throughput of prefill (full, ced bounded) and decode per backend");
@@ -26,6 +40,7 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--decode", o->decode, "decode steps")->capture_default_str();
   sub->add_option("--repeat", o->repeat, "timed repetitions (the best is reported)")->capture_default_str();
   sub->add_option("--backend", o->backends, "backends to measure")->capture_default_str();
+  sub->add_option("--json", o->json, "also write every figure to this JSON file (atomically)");
   return {sub, [o] {
             const Config c = o->model.load();
             const Plan p = make_plan(c);
@@ -36,6 +51,8 @@ Runner add_bench(CLI::App& app) {
                         std::thread::hardware_concurrency());
             std::printf("%-14s %-12s %10s %12s %12s %10s\n", "backend", "phase", "seconds", "tokens/s", "GFLOP", "GFLOP/s");
             int rc = 0;
+            // JSON rows, one per backend and phase, then one summary per backend.
+            std::vector<std::string> rows, summaries, unsupported;
             for (const auto& name : o->backends) {
               std::unique_ptr<Backend> be;
               try {
@@ -43,6 +60,7 @@ Runner add_bench(CLI::App& app) {
                 be = make_backend(name, c, o->model.weight_seed);
               } catch (const NotSupported& e) {
                 std::printf("%-14s not supported: %s\n", name.c_str(), e.what());
+                unsupported.push_back(fmt::format("{{\"backend\": {}, \"why\": {}}}", json_string(name), json_string(e.what())));
                 continue;
               }
               // Best of --repeat; prefill and decode times as the backend measured them
@@ -70,6 +88,9 @@ Runner add_bench(CLI::App& app) {
               auto row = [&](const char* phase, double secs, int64_t toks, double flops) {
                 std::printf("%-14s %-12s %10.3f %12.1f %12.2f %10.2f\n", name.c_str(), phase, secs, double(toks) / secs,
                             flops / 1e9, flops / secs / 1e9);
+                rows.push_back(fmt::format("{{\"backend\": \"{}\", \"phase\": \"{}\", \"seconds\": {:.6g}, "
+                                           "\"tokens_per_s\": {:.6g}, \"gflop\": {:.6g}, \"gflops\": {:.6g}}}",
+                                           name, phase, secs, double(toks) / secs, flops / 1e9, flops / secs / 1e9));
               };
               row("prefill-full", tf, N, double(model.full));
               row("prefill-ced", tc, N, double(model.ced));
@@ -83,11 +104,21 @@ Runner add_bench(CLI::App& app) {
               }
               std::printf("%-14s ced/full time %.4f, FLOP model ratio %.4f, ideal 1/2 + B/(2N) = %.4f\n", name.c_str(),
                           tc / tf, model.ratio(), ideal_ratio(p, N));
+              summaries.push_back(fmt::format("{{\"backend\": \"{}\", \"ced_over_full_time\": {:.6g}, "
+                                              "\"flop_model_ratio\": {:.6g}, \"ideal_ratio\": {:.6g}, \"finite\": {}}}",
+                                              name, tc / tf, model.ratio(), ideal_ratio(p, N),
+                                              rf.logits.allFinite() && rc2.logits.allFinite()));
               if (!rf.logits.allFinite() || !rc2.logits.allFinite()) {
                 std::printf("%-14s non-finite logits\n", name.c_str());
                 rc = 1;
               }
             }
+            if (!o->json.empty())
+              write_text_atomically(
+                  o->json, fmt::format("{{\"config\": \"{}\", \"n_prompt\": {}, \"decode\": {}, \"weight_seed\": {}, "
+                                       "\"rows\": [{}], \"summary\": [{}], \"not_supported\": [{}]}}\n",
+                                       c.name, N, K, o->model.weight_seed, fmt::join(rows, ", "),
+                                       fmt::join(summaries, ", "), fmt::join(unsupported, ", ")));
             return rc;
           }};
 }
