@@ -191,7 +191,7 @@ void Engine::logits(int64_t a, int64_t b, MatD& out, int64_t row0) {
   }
 }
 
-PersistedCache Engine::export_cache(int64_t P, const std::string& dtype) const {
+PersistedCache Engine::export_cache(const std::string& dtype, int64_t P) const {
   PersistedCache pc;
   pc.prefix_len = P;
   pc.dtype = dtype;

@@ -69,7 +69,7 @@ class Engine {
   void logits(int64_t a, int64_t b, MatD& out, int64_t row0);
 
   // SPEC §6: the persisted cache of the first P tokens (all of them written).
-  PersistedCache export_cache(int64_t P, const std::string& dtype) const;
+  PersistedCache export_cache(const std::string& dtype, int64_t P) const;
   // SPEC §6: global entries, index keys and pending compressor rows of a
   // persisted cache (already checked against the config: model/schedule.hpp).
   void import_cache(const PersistedCache& cache);

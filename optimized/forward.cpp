@@ -97,7 +97,7 @@ class CudaBackend final : public Backend {
 
     if (req.want_cache)
       res.cache = req.mode == Mode::Resume ? std::make_shared<PersistedCache>(*cache)
-                                           : std::make_shared<PersistedCache>(eng.export_cache(N, dtype()));
+                                           : std::make_shared<PersistedCache>(eng.export_cache(dtype(), N));
 
     rt::synchronize();
     const auto t1 = std::chrono::steady_clock::now();
@@ -140,7 +140,7 @@ class CudaBackend final : public Backend {
     eng.embed(0, P);
     for (int64_t l = 0; l < plan_.E; ++l) eng.layer(l, 0, P, 0);
     source_only_write(eng, 0, P, 0);
-    return eng.export_cache(P, dtype());
+    return eng.export_cache(dtype(), P);
   }
 
   Config cfg_;
