@@ -1,12 +1,14 @@
 #pragma once
-// The optimized CUDA model (SPEC §3–§6 on the device), behind ced::Backend.
-// A plain C++ header (no CUDA types): the tools include it with the host compiler.
+// The optimized CUDA model (SPEC §3–§6 on the device), behind ced::Backend:
+// the twin of reference/backend.hpp. A plain C++ header (no CUDA types): the
+// tools include it with the host compiler.
 // It is an independent implementation: nothing in optimized/ includes reference/.
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "model/config.hpp"
+#include "model/error.hpp"
 #include "model/run.hpp"
 
 namespace ced {
@@ -19,9 +21,13 @@ namespace ced {
 enum class CudaPrecision { F32, BF16 };
 
 // "f32" | "bf16": the dtype a backend of this precision reports (SPEC §9).
-const char* cuda_precision_name(CudaPrecision p);
+inline const char* cuda_precision_name(CudaPrecision p) { return p == CudaPrecision::BF16 ? "bf16" : "f32"; }
 // "f32" | "bf16"; InputError otherwise.
-CudaPrecision parse_cuda_precision(const std::string& s);
+inline CudaPrecision parse_cuda_precision(const std::string& s) {
+  if (s == "f32") return CudaPrecision::F32;
+  if (s == "bf16") return CudaPrecision::BF16;
+  throw InputError("CUDA precision: '" + s + "' is not one of f32, bf16");
+}
 
 // True iff the CUDA runtime reports at least one device. False on any error
 // (no driver, no device, a too-old driver); never aborts, never throws.

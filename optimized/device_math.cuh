@@ -11,8 +11,10 @@
 // the cuBLAS products.
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
 #define CED_HD __host__ __device__
 #else
 #define CED_HD
@@ -102,6 +104,29 @@ CED_HD inline int64_t pool_pinned_block(int64_t n_vis, int64_t block_size) {
 CED_HD inline int64_t pool_size(int64_t n_vis, int64_t block_size, int64_t topk_blocks) {
   const int64_t nb = pool_n_blocks(n_vis, block_size);
   return nb < topk_blocks ? nb : topk_blocks;
+}
+
+// bf16 bits of x, rounded to nearest even: the device's own conversion
+// (__float2bfloat16_rn) in device code; elsewhere the same rounding written
+// out (a NaN becomes the canonical quiet NaN 0x7FFF, as on the device).
+CED_HD inline uint16_t bf16_bits_rn(float x) {
+#if defined(__CUDA_ARCH__)
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+#else
+  if (x != x) return 0x7FFF;
+  uint32_t u = 0;
+  memcpy(&u, &x, sizeof u);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+#endif
+}
+
+// The float a bf16 value stands for (exact).
+CED_HD inline float bf16_to_float(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x = 0.0f;
+  memcpy(&x, &u, sizeof x);
+  return x;
 }
 
 // Entry j is in block j / block_size.

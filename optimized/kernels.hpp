@@ -1,7 +1,10 @@
 #pragma once
-// Launchers of the CUDA kernels (kernels.cu). A plain C++ header: the backend
-// (cuda_backend.cpp, compiled by the host compiler) calls these. Every pointer
-// is a device pointer; every launcher checks the launch with CED_CUDA_CHECK.
+// Launchers of the CUDA kernels (kernels.inl; the kernels' bodies are in
+// kernel_blocks.cuh). A plain C++ header: the engine (engine.cpp, compiled by
+// the host compiler) calls these. Every pointer is a device pointer; every
+// launcher checks the launch with CED_CUDA_CHECK. In the host emulation
+// (flavour.hpp) the pointers are host pointers and the launchers run the same
+// grid block by block on the CPU.
 // "Abs" rows are indexed by absolute token position (persistent buffers);
 // other rows by the index inside the evaluated range.
 //
@@ -11,7 +14,10 @@
 // other rows are evaluated in the same call (batch invariance, SPEC §3).
 #include <cstdint>
 
+#include "optimized/flavour.hpp"
+
 namespace ced::cuda {
+inline namespace CED_FLAVOUR {
 
 // X[pos0+i, :] = embed[tokens[pos0+i], :] for i < n.
 // tokens [Ntot] (abs), embed [V, d], X [Ntot, d] (abs).
@@ -75,7 +81,8 @@ void add_inplace(float* acc, const float* y, int64_t count);
 // buf *= s, elementwise.
 void scale_inplace(float* buf, int64_t count, float s);
 
-// out [n, cols] (bf16, round to nearest even) = in [n, ld_in] (f32).
-void f32_to_bf16(const float* in, int64_t ld_in, void* out, int64_t n, int64_t cols);
+// out [n, cols] (bf16 bits, round to nearest even) = in [n, ld_in] (f32).
+void f32_to_bf16(const float* in, int64_t ld_in, uint16_t* out, int64_t n, int64_t cols);
 
+}  // namespace CED_FLAVOUR
 }  // namespace ced::cuda

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "model/error.hpp"
+#include "model/schedule.hpp"
 #include "reference/backend.hpp"
 #include "reference/engine.hpp"
 
@@ -28,23 +29,19 @@ class ReferenceBackend final : public Backend {
     RunResult res = result_for(*this, req, p_);
     Engine<T> eng(c_, p_, w_, req.fault, req.poison_truncated, req.capture_layers, &res.flops, req.fault_layer);
     const int64_t N = req.n_prompt;
-    const int64_t B = req.mode == Mode::Full ? N : std::min(N, res.n_replay);
-
-    int64_t enc_first = 0;  // first position the encoder evaluates
+    // Encoder start, replay start s, first logit: model/schedule.hpp (shared with optimized/).
+    const RunSchedule sched = run_schedule(p_, req, res.n_replay);
+    const int64_t enc_first = sched.encoder_start;  // first position the encoder evaluates
     if (req.mode == Mode::Resume) {
       const int64_t P = req.prefix_len;
-      int64_t span = req.resume_replay < 0 ? p_.W : req.resume_replay;
-      if (req.fault == Fault::ResumeReplayShort && req.resume_replay < 0) span = p_.W - 1;
-      enc_first = std::max<int64_t>(0, P - span);
       std::shared_ptr<const PersistedCache> cache = req.cache_in;
       if (!cache) cache = std::make_shared<PersistedCache>(prefix_cache(req, P));
-      if (cache->prefix_len != P)
-        throw InputError(fmt::format("cache: holds a prefix of {} tokens, --prefix is {}", cache->prefix_len, P));
+      check_cache(c_, p_, *cache, P);
       eng.import_cache(*cache);
       if (req.want_cache) res.cache = std::make_shared<PersistedCache>(*cache);
     }
-    int64_t s = std::max(N - B, enc_first);
-    res.replay_start = req.mode == Mode::Full ? 0 : s;
+    const int64_t s = sched.replay_start;
+    res.replay_start = s;
     const int64_t s_eval = (req.fault == Fault::ReplayStartIgnored) ? enc_first : s;
 
     // 1. encoder over enc_first .. N-1
@@ -67,7 +64,7 @@ class ReferenceBackend final : public Backend {
     for (int64_t l = p_.E; l < p_.L; ++l) eng.layer(l, s_eval, Xd, &xd_E);
     if (req.want_cache && req.mode != Mode::Resume) res.cache = std::make_shared<PersistedCache>(eng.export_cache(dtype()));
 
-    const int64_t first_logit = req.logits == LogitsScope::Last ? N - 1 : s;
+    const int64_t first_logit = sched.first_logit;
     const int64_t n_dec = req.decode_steps;
     res.logits.resize(N - first_logit + n_dec, c_.vocab_size);
     put_rows(res.logits, 0, eng.logits(Xd.bottomRows(N - first_logit)));

@@ -1,0 +1,41 @@
+#pragma once
+// SPEC §4–§6: which positions a run evaluates, and the check of a persisted
+// cache against the config and prefix it is used with. Written once here and
+// used by every backend (reference/forward.cpp, optimized/forward.cpp), so the
+// backends differ only in how they compute a layer, never in where they start.
+#include <cstdint>
+
+#include "model/config.hpp"
+#include "model/plan.hpp"
+#include "model/run.hpp"
+
+namespace ced {
+
+struct RunSchedule {
+  // First position the encoder layers evaluate: 0, or for a resume
+  // s_r = max(0, P − span) with span = resume_replay (−1: W) (SPEC §6).
+  int64_t encoder_start = 0;
+  // First position the decoder layers evaluate (the replay start):
+  // max(N − B, encoder_start) with B = N in full mode, min(N, n_replay)
+  // otherwise (SPEC §4, §6). Full mode: 0.
+  int64_t replay_start = 0;
+  // First position whose global entries the run writes: P for a resume (the
+  // cache holds those below), 0 otherwise (SPEC §6).
+  int64_t resume_start = 0;
+  // First position with prompt logits: N − 1 for LogitsScope::Last, the
+  // replay start otherwise.
+  int64_t first_logit = 0;
+};
+
+// The schedule of a validated request; n_replay is the B of its replay
+// policy (RunResult::n_replay). The resume-replay-short fault (a negative
+// control) shortens the default span to W − 1.
+RunSchedule run_schedule(const Plan& plan, const RunRequest& req, int64_t n_replay);
+
+// A persisted cache used with prefix P must be the one of this config and
+// prefix: its prefix length, one source per kv source (layer, ratio, tokens)
+// and the shapes of its entries, index keys and pending rows. InputError
+// naming the first mismatch otherwise.
+void check_cache(const Config& c, const Plan& plan, const PersistedCache& cache, int64_t P);
+
+}  // namespace ced
