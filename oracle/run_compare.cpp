@@ -108,8 +108,17 @@ RunDiff diff_runs(const std::string& run, const RunResult& t, const RunResult& r
   for (const RunResult* x : {&t, &r}) {
     const std::string side = x == &t ? "run under test" : "reference";
     check_ascending(x->positions, fmt::format("runs/{} ({})", run, side));
-    for (const auto& cap : x->layers)
+    if (x->logits.rows() != int64_t(x->positions.size()))
+      throw InputError(fmt::format("runs/{} ({}): {} logits rows for {} positions", run, side, x->logits.rows(),
+                                   x->positions.size()));
+    for (const auto& cap : x->layers) {
       check_ascending(cap.positions, fmt::format("runs/{}/layers/{} ({})", run, cap.layer, side));
+      // rows are indexed by position below: a count that differs is malformed
+      if (cap.out.rows() != int64_t(cap.positions.size()) ||
+          (cap.has_topk && cap.topk.rows() != int64_t(cap.positions.size())))
+        throw InputError(fmt::format("runs/{}/layers/{} ({}): {} positions, {} out rows, {} topk rows", run,
+                                     cap.layer, side, cap.positions.size(), cap.out.rows(), cap.topk.rows()));
+    }
   }
   // The attributes that define the request (SPEC §9) must agree: two runs of
   // different requests are not comparable, even where their tensors are.
