@@ -304,6 +304,9 @@ TensorCompare compare_tensors(std::span<const double> t, std::span<const double>
   }
   if (sum_t == 0 && sum_r == 0) c.cosine = 1;
   else if (sum_t == 0 || sum_r == 0) c.cosine = 0;
+  // Equal tensors (as numbers) have cosine exactly 1: the quotient below
+  // rounds to 1 - 2^-53 for some, which would fail `min_cosine = 1`.
+  else if (max_d == 0) c.cosine = 1;
   else c.cosine = std::clamp(sum_tr / (std::sqrt(sum_t) * std::sqrt(sum_r)), -1.0, 1.0);
 
   c.max_abs = locate(abs_at, c.shape, t, r);

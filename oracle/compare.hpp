@@ -41,6 +41,7 @@ struct Thresholds {
   std::optional<double> max_ulp;      // in the tensor's dtype
   std::optional<double> max_kl;       // logits: the largest per-row KL(softmax r || softmax t)
   std::optional<double> min_top1;     // logits: fraction of rows whose argmax agrees
+  std::optional<double> min_top5;     // logits: the smallest per-row top-5 overlap |T5(t) ∩ T5(r)| / 5
   std::optional<double> min_jaccard;  // selections: the smallest per-position Jaccard index
   std::optional<double> near_tie;     // selections: largest score gap still called a near-tie
 };
@@ -106,7 +107,7 @@ struct TensorCompare {
   // sum (t-r)^2 / sum r^2: the same zero rules.
   double nmse = 0;
   // <t,r> / (||t|| ||r||) clamped to [-1, 1]: 1 when both are zero, 0 when
-  // exactly one is (no direction to agree with).
+  // exactly one is (no direction to agree with); exactly 1 when t == r.
   double cosine = 1;
 
   uint64_t max_ulp = 0;  // in dtype

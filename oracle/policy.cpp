@@ -30,6 +30,7 @@ const ThresholdKey kThresholdKeys[] = {
     {"max_ulp", &Thresholds::max_ulp, 0, kInf},
     {"max_kl", &Thresholds::max_kl, 0, kInf},
     {"min_top1", &Thresholds::min_top1, 0, 1},
+    {"min_top5", &Thresholds::min_top5, 0, 1},
     {"min_jaccard", &Thresholds::min_jaccard, 0, 1},
     {"near_tie", &Thresholds::near_tie, 0, kInf},
 };
@@ -273,9 +274,12 @@ Verdict judge(std::string_view tensor, const Thresholds& th, const Comparison& c
     lower(th.min_top1, "min_top1", l->top1_fraction,
           fmt::format("{} of {} rows agree; first disagreement row {}", l->top1_agree, l->rows,
                       l->first_top1_disagreement));
+    lower(th.min_top5, "min_top5", l->min_topk_overlap,
+          fmt::format("row {}; mean {}", l->min_topk_overlap_row, fmt_value(l->topk_overlap)));
   } else {
     unchecked(th.max_kl, "max_kl", "no logits metrics");
     unchecked(th.min_top1, "min_top1", "no logits metrics");
+    unchecked(th.min_top5, "min_top5", "no logits metrics");
   }
 
   if (const auto& s = c.selection) {

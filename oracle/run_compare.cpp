@@ -5,6 +5,8 @@
 #include <cstring>
 #include <map>
 
+#include "model/error.hpp"
+
 namespace ced {
 namespace {
 
@@ -38,6 +40,16 @@ Aligned align_rows(const MatD& A, const std::vector<int64_t>& pa, const MatD& B,
   return out;
 }
 
+// Positions index rows; duplicated or unsorted ones make the alignment
+// ambiguous, so they are malformed input (InputError; the loaders refuse
+// such files first, SPEC §9 "ascending").
+void check_ascending(const std::vector<int64_t>& pos, const std::string& what) {
+  for (size_t i = 1; i < pos.size(); ++i)
+    if (pos[i] <= pos[i - 1])
+      throw InputError(fmt::format("{}: positions are not strictly ascending at index {} ({} after {})", what, i,
+                                   pos[i], pos[i - 1]));
+}
+
 bool bits_equal(const std::vector<double>& a, const std::vector<double>& b) {
   // data() of an empty vector may be null, which memcmp must not get.
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
@@ -49,6 +61,35 @@ std::string TensorDiff::where(int64_t flat) const {
   if (flat < 0 || positions.empty() || !comparison.tensor) return "-";
   const int64_t cols = comparison.tensor->shape.size() == 2 ? comparison.tensor->shape[1] : 1;
   return fmt::format("position {}, column {}", positions[size_t(flat / cols)], flat % cols);
+}
+
+std::string TensorDiff::worst() const {
+  if (verdict.pass || verdict.violations.empty()) return "-";
+  const std::string& v = verdict.violations.front().threshold;
+  auto row = [&](int64_t i) {
+    return i >= 0 && size_t(i) < positions.size() ? fmt::format("position {}", positions[size_t(i)]) : std::string("-");
+  };
+  if (const auto& c = comparison.tensor) {
+    if (v == "nan") {
+      const int64_t a = c->t_nonfinite.first_nan, b = c->r_nonfinite.first_nan;
+      return where(a < 0 ? b : b < 0 ? a : std::min(a, b));
+    }
+    if (v == "inf_mismatch") return where(c->first_inf_mismatch);
+    if (v == "atol") return where(c->first_mismatch.flat);
+    if (v == "max_ulp") return where(c->max_ulp_at.flat);
+    if (v == "max_rel_l2" || v == "max_nmse" || v == "min_cosine") return where(c->max_abs.flat);
+  }
+  if (const auto& l = comparison.logits) {
+    if (v == "max_kl") return row(l->max_kl_row);
+    if (v == "min_top1") return row(l->first_top1_disagreement);
+    if (v == "min_top5") return row(l->min_topk_overlap_row);
+  }
+  if (const auto& s = comparison.selection) {
+    if (v == "min_jaccard") return row(s->min_jaccard_row);
+    if (v == "near_tie") return row(s->worst_gap_row);
+    if (v == "invalid_selection") return "-";
+  }
+  return "-";
 }
 
 bool RunDiff::pass() const {
@@ -64,6 +105,34 @@ RunDiff diff_runs(const std::string& run, const RunResult& t, const RunResult& r
   d.run = run;
   const TensorDtype dt = dtype_of(t) == dtype_of(r) ? dtype_of(t) : TensorDtype::F32;
   auto calib = [&](const std::string& name) { return cal ? cal(name) : std::optional<Calibration>{}; };
+  for (const RunResult* x : {&t, &r}) {
+    const std::string side = x == &t ? "run under test" : "reference";
+    check_ascending(x->positions, fmt::format("runs/{} ({})", run, side));
+    if (x->logits.rows() != int64_t(x->positions.size()))
+      throw InputError(fmt::format("runs/{} ({}): {} logits rows for {} positions", run, side, x->logits.rows(),
+                                   x->positions.size()));
+    for (const auto& cap : x->layers) {
+      check_ascending(cap.positions, fmt::format("runs/{}/layers/{} ({})", run, cap.layer, side));
+      // rows are indexed by position below: a count that differs is malformed
+      if (cap.out.rows() != int64_t(cap.positions.size()) ||
+          (cap.has_topk && cap.topk.rows() != int64_t(cap.positions.size())))
+        throw InputError(fmt::format("runs/{}/layers/{} ({}): {} positions, {} out rows, {} topk rows", run,
+                                     cap.layer, side, cap.positions.size(), cap.out.rows(), cap.topk.rows()));
+    }
+  }
+  // The attributes that define the request (SPEC §9) must agree: two runs of
+  // different requests are not comparable, even where their tensors are.
+  // backend and dtype may differ (that is what a diff compares).
+  auto attr = [&](const char* key, const std::string& a, const std::string& b) {
+    if (a != b) d.problems.push_back(fmt::format("runs/{}: attribute {} is {} vs {}", run, key, a, b));
+  };
+  attr("mode", mode_name(t.mode), mode_name(r.mode));
+  attr("replay", t.replay.str(), r.replay.str());
+  attr("n_prompt", std::to_string(t.n_prompt), std::to_string(r.n_prompt));
+  attr("n_replay", std::to_string(t.n_replay), std::to_string(r.n_replay));
+  attr("replay_start", std::to_string(t.replay_start), std::to_string(r.replay_start));
+  attr("prefix_len", std::to_string(t.prefix_len), std::to_string(r.prefix_len));
+  attr("decode_steps", std::to_string(t.decode_steps), std::to_string(r.decode_steps));
   {
     TensorDiff td;
     td.name = fmt::format("runs/{}/logits", run);
@@ -81,37 +150,64 @@ RunDiff diff_runs(const std::string& run, const RunResult& t, const RunResult& r
       d.tensors.push_back(std::move(td));
     }
   }
-  if (!r.layers.empty() && t.layers.size() != r.layers.size())
-    d.problems.push_back(fmt::format("runs/{}: {} captured layers vs {}", run, t.layers.size(), r.layers.size()));
-  for (size_t l = 0; l < std::min(t.layers.size(), r.layers.size()); ++l) {
-    const auto &a = t.layers[l], &b = r.layers[l];
-    TensorDiff out;
-    out.layer = int64_t(l);
-    out.name = fmt::format("runs/{}/layers/{}/out", run, l);
-    const Aligned al = align_rows(a.out, a.positions, b.out, b.positions, d.problems, out.name);
-    const std::vector<int64_t> shape = {int64_t(al.positions.size()), a.out.cols()};
-    out.comparison.tensor = compare_tensors(al.a, al.b, shape, policy.thresholds_for(out.name, calib(out.name)), dt);
-    out.verdict = judge(policy, out.name, out.comparison, calib(out.name));
-    out.bitwise_equal = bits_equal(al.a, al.b);
-    out.positions = al.positions;
-    const bool out_fail = !out.verdict.pass, out_inexact = !out.bitwise_equal;
-    d.tensors.push_back(std::move(out));
+  // Layers align by layer number (a capture may hold any subset of layers);
+  // a layer, or a layer's selection, captured on one side only is a problem.
+  std::map<int64_t, std::pair<const LayerCapture*, const LayerCapture*>> layers;
+  for (const auto& a : t.layers) layers[a.layer].first = &a;
+  for (const auto& b : r.layers) layers[b.layer].second = &b;
+  for (const auto& [l, ab] : layers) {
+    const std::string lname = fmt::format("runs/{}/layers/{}", run, l);
+    if (!ab.first || !ab.second) {
+      d.problems.push_back(fmt::format("{}: captured in the {} only", lname, ab.first ? "run under test" : "reference"));
+      if (d.first_divergent_layer < 0) d.first_divergent_layer = l;
+      if (d.first_inexact_layer < 0) d.first_inexact_layer = l;
+      continue;
+    }
+    const LayerCapture &a = *ab.first, &b = *ab.second;
+    bool out_fail = false, out_inexact = false;
+    if (a.out.cols() != b.out.cols()) {
+      d.problems.push_back(fmt::format("{}/out: {} columns vs {}", lname, a.out.cols(), b.out.cols()));
+      out_fail = out_inexact = true;
+    } else {
+      TensorDiff out;
+      out.layer = l;
+      out.name = lname + "/out";
+      const Aligned al = align_rows(a.out, a.positions, b.out, b.positions, d.problems, out.name);
+      const std::vector<int64_t> shape = {int64_t(al.positions.size()), a.out.cols()};
+      out.comparison.tensor = compare_tensors(al.a, al.b, shape, policy.thresholds_for(out.name, calib(out.name)), dt);
+      out.verdict = judge(policy, out.name, out.comparison, calib(out.name));
+      out.bitwise_equal = bits_equal(al.a, al.b);
+      out.positions = al.positions;
+      out_fail = !out.verdict.pass || al.positions.size() != a.positions.size() ||
+                 al.positions.size() != b.positions.size();
+      out_inexact = !out.bitwise_equal;
+      d.tensors.push_back(std::move(out));
+    }
     bool sel_fail = false, sel_inexact = false;
-    if (a.has_topk && b.has_topk) {
+    if (a.has_topk != b.has_topk) {
+      d.problems.push_back(
+          fmt::format("{}/topk: stored in the {} only", lname, a.has_topk ? "run under test" : "reference"));
+      sel_fail = sel_inexact = true;
+    } else if (a.has_topk && a.topk.cols() != b.topk.cols()) {
+      d.problems.push_back(fmt::format("{}/topk: {} columns vs {}", lname, a.topk.cols(), b.topk.cols()));
+      sel_fail = sel_inexact = true;
+    } else if (a.has_topk) {
       TensorDiff sel;
-      sel.layer = int64_t(l);
-      sel.name = fmt::format("runs/{}/layers/{}/topk", run, l);
-      // rows at shared positions
+      sel.layer = l;
+      sel.name = lname + "/topk";
+      // rows at shared positions (the positions are out's; align_rows above
+      // reported any that differ)
       std::vector<int64_t> ta, tb;
       std::map<int64_t, int64_t> ib;
       for (size_t i = 0; i < b.positions.size(); ++i) ib[b.positions[i]] = int64_t(i);
       for (size_t i = 0; i < a.positions.size(); ++i) {
         auto it = ib.find(a.positions[i]);
         if (it == ib.end()) continue;
+        sel.positions.push_back(a.positions[i]);
         ta.insert(ta.end(), a.topk.row(int64_t(i)).data(), a.topk.row(int64_t(i)).data() + a.topk.cols());
         tb.insert(tb.end(), b.topk.row(it->second).data(), b.topk.row(it->second).data() + b.topk.cols());
       }
-      const std::vector<int64_t> shape2 = {int64_t(ta.size()) / std::max<int64_t>(1, a.topk.cols()), a.topk.cols()};
+      const std::vector<int64_t> shape2 = {int64_t(sel.positions.size()), a.topk.cols()};
       sel.comparison.selection = compare_selections(ta, tb, shape2, policy.thresholds_for(sel.name));
       sel.verdict = judge(policy, sel.name, sel.comparison);
       sel.bitwise_equal = ta == tb;
@@ -119,8 +215,8 @@ RunDiff diff_runs(const std::string& run, const RunResult& t, const RunResult& r
       sel_inexact = !sel.bitwise_equal;
       d.tensors.push_back(std::move(sel));
     }
-    if (d.first_divergent_layer < 0 && (out_fail || sel_fail)) d.first_divergent_layer = int64_t(l);
-    if (d.first_inexact_layer < 0 && (out_inexact || sel_inexact)) d.first_inexact_layer = int64_t(l);
+    if (d.first_divergent_layer < 0 && (out_fail || sel_fail)) d.first_divergent_layer = l;
+    if (d.first_inexact_layer < 0 && (out_inexact || sel_inexact)) d.first_inexact_layer = l;
   }
   return d;
 }
@@ -152,9 +248,11 @@ std::string format_run_diff(const RunDiff& d, bool verbose) {
     const std::string short_name = t.name.substr(t.name.find('/', 5) + 1);
     if (t.comparison.selection) {
       const auto& c = *t.comparison.selection;
-      s += fmt::format("  {:<34} {:>6} jaccard mean {:.4f} min {:.4f} (position row {}), {} differing entries\n",
-                       short_name, t.verdict.pass ? "ok" : "FAIL", c.mean_jaccard, c.min_jaccard, c.min_jaccard_row,
-                       c.differing);
+      const std::string at = c.min_jaccard_row >= 0 && size_t(c.min_jaccard_row) < t.positions.size()
+                                 ? std::to_string(t.positions[size_t(c.min_jaccard_row)])
+                                 : "-";
+      s += fmt::format("  {:<34} {:>6} jaccard mean {:.4f} min {:.4f} (position {}), {} differing entries\n",
+                       short_name, t.verdict.pass ? "ok" : "FAIL", c.mean_jaccard, c.min_jaccard, at, c.differing);
     } else if (t.comparison.tensor) {
       const auto& c = *t.comparison.tensor;
       const std::string where =
@@ -169,8 +267,10 @@ std::string format_run_diff(const RunDiff& d, bool verbose) {
                          lc.max_kl, lc.max_kl_row, lc.top1_agree, lc.rows, lc.topk_overlap);
       }
     }
-    if (!t.verdict.pass)
+    if (!t.verdict.pass) {
+      s += fmt::format("      worst: {}, {}\n", t.name, t.worst());
       for (const auto& line : t.verdict.lines()) s += fmt::format("      {}\n", line);
+    }
   }
   if (d.first_divergent_layer >= 0)
     s += fmt::format("  first divergent layer (over tolerance): {}\n", d.first_divergent_layer);

@@ -22,11 +22,24 @@ struct TensorDiff {
   std::vector<int64_t> positions;  // position of each compared row
   // "position p, column c" of a flat element index, for messages.
   std::string where(int64_t flat) const;
+  // Where the verdict failed, named by position (and column for elements),
+  // after the first violation: nan -> the first NaN (either side), inf_mismatch
+  // -> the first Inf mismatch, atol -> the first mismatching element, max_ulp
+  // -> the element of the largest ULP distance, max_kl / min_top1 / min_top5 /
+  // min_jaccard -> the first row attaining the worst value (first disagreement
+  // for min_top1), the norm metrics (max_rel_l2, max_nmse, min_cosine) -> the
+  // largest absolute error. Every "first" is in index order, so among tied
+  // elements the lowest (position, column) is named. "-" when passing.
+  std::string worst() const;
 };
 
 struct RunDiff {
   std::string run;
-  std::vector<std::string> problems;  // alignment problems (missing layers, positions) — failures
+  // Structural problems, each a failure: request attributes that differ, a
+  // position, layer or selection present on one side only, a column count
+  // that differs. Files with duplicated or unsorted positions never get here
+  // (the loader refuses them, exit 2).
+  std::vector<std::string> problems;
   std::vector<TensorDiff> tensors;
   int64_t first_divergent_layer = -1;  // first layer whose out or topk fails the policy
   int64_t first_inexact_layer = -1;    // first layer not bitwise equal

@@ -1,6 +1,10 @@
 // `ced diff`, `ced gate`, `ced golden` (SPEC §8–§10).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <map>
+#include <sstream>
+
 #include "io/hdf5_file.hpp"
 #include "model/error.hpp"
 #include "oracle/run_compare.hpp"
@@ -9,6 +13,35 @@
 #include "tools/golden_set.hpp"
 
 namespace ced::tools {
+namespace {
+
+// Keys of the SPEC §1 config whose TOML lines differ (one config's lines
+// against the other's, in the first config's order, then keys only in the second).
+std::vector<std::string> differing_config_keys(const Config& a, const Config& b) {
+  auto lines = [](const Config& c) {
+    std::map<std::string, std::string> m;
+    std::vector<std::string> order;
+    std::istringstream in(to_toml(c));
+    for (std::string line; std::getline(in, line);) {
+      const auto eq = line.find(" = ");
+      if (eq == std::string::npos) continue;
+      order.push_back(line.substr(0, eq));
+      m[order.back()] = line.substr(eq + 3);
+    }
+    return std::pair{m, order};
+  };
+  const auto [ma, oa] = lines(a);
+  const auto [mb, ob] = lines(b);
+  std::vector<std::string> out;
+  for (const auto& k : oa)
+    if (!mb.count(k) || mb.at(k) != ma.at(k)) out.push_back(k);
+  for (const auto& k : ob)
+    if (!ma.count(k)) out.push_back(k);
+  if (out.empty() && to_toml(a) != to_toml(b)) out.push_back("(config text)");
+  return out;
+}
+
+}  // namespace
 
 Runner add_diff(CLI::App& app) {
   struct Opts {
@@ -43,7 +76,24 @@ Runner add_diff(CLI::App& app) {
             }
             if (pairs.empty() && problems.empty())
               throw InputError(fmt::format("--run: no run '{}' in both files", o->run));
-            if (to_toml(a.config) != to_toml(b.config)) problems.push_back("the files hold different configs");
+            // What the runs were computed from must agree: the config (each
+            // differing key named), the weight and token seeds, and each
+            // compared run's tokens (SPEC §9 /inputs/tokens).
+            for (const std::string& key : differing_config_keys(a.config, b.config))
+              problems.push_back(fmt::format("config key {} differs", key));
+            if (a.weight_seed != b.weight_seed)
+              problems.push_back(fmt::format("weight_seed {} vs {}", a.weight_seed, b.weight_seed));
+            if (a.token_seed != b.token_seed)
+              problems.push_back(fmt::format("token_seed {} vs {}", a.token_seed, b.token_seed));
+            for (auto [ra, rb] : pairs) {
+              const auto need = [](const RunResult& r) { return size_t(r.n_prompt + r.decode_steps); };
+              const size_t n = std::min({need(ra->result), need(rb->result), a.tokens.size(), b.tokens.size()});
+              for (size_t i = 0; i < n; ++i)
+                if (a.tokens[i] != b.tokens[i]) {
+                  problems.push_back(fmt::format("run '{}': token {} is {} vs {}", ra->name, i, a.tokens[i], b.tokens[i]));
+                  break;
+                }
+            }
             std::vector<RunDiff> diffs;
             for (auto [ra, rb] : pairs) diffs.push_back(diff_runs(ra->name, ra->result, rb->result, policy));
             bool pass = problems.empty();

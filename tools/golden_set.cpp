@@ -153,10 +153,11 @@ GateReport run_gate(const GateOptions& o) {
         for (const auto& p : d.problems) what += p + "; ";
         for (const auto& t : d.tensors) {
           if (t.verdict.pass) continue;
-          what += t.name;
-          if (t.comparison.tensor && t.comparison.tensor->max_abs.flat >= 0) {
+          // The failing tensor names run, layer and tensor; worst() the position.
+          what += fmt::format("{} worst at {}", t.name, t.worst());
+          if (t.comparison.tensor && !t.comparison.selection) {
             const auto& m = t.comparison.tensor->max_abs;
-            what += fmt::format(" worst at {}: {:.17g} vs {:.17g}", t.where(m.flat), m.t, m.r);
+            if (m.flat >= 0) what += fmt::format(" (max abs error at {}: {:.17g} vs {:.17g})", t.where(m.flat), m.t, m.r);
           }
           break;
         }
