@@ -24,13 +24,22 @@ struct Result {
   std::string out, err;
 };
 
+// One scratch directory per process, removed when the process ends.
+struct RemovedAtExit {
+  fs::path dir;
+  ~RemovedAtExit() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
 fs::path scratch() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("ced-cli-input-test-" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
+  static const RemovedAtExit d = [] {
+    fs::path p = fs::temp_directory_path() / ("ced-cli-input-test-" + std::to_string(::getpid()));
+    fs::create_directories(p);
+    return RemovedAtExit{p};
   }();
-  return dir;
+  return d.dir;
 }
 
 std::string slurp(const fs::path& p) {
