@@ -10,7 +10,8 @@
 # Crash, timeout and OOM inputs are kept in build-fuzz/fuzz-artifacts/<target>/,
 # logs in build-fuzz/fuzz-logs/<target>.log. A crash inside the HDF5 C library
 # (a corrupt file it does not survive; not ours to fix) is set aside in
-# fuzz-artifacts/<target>/hdf5-library/, listed, and fuzzing goes on. Exit 0
+# fuzz-artifacts/<target>/hdf5-library/, copied into the replay corpus
+# fuzz/hdf5-crashes/ (when at most 64 KiB), listed, and fuzzing goes on. Exit 0
 # when no fuzzer found anything in our code, 1 when one did, 2 on bad usage or
 # a failed build. Without clang (or its libFuzzer runtime, Debian:
 # libclang-rt-14-dev) it prints SKIP and exits 0.
@@ -75,6 +76,28 @@ classify() {
     END { if (!found) print "ours (no stack)" }' "$1"
 }
 
+# Copies a set-aside HDF5-library crash input $1 (site $2) into the replay
+# corpus fuzz/hdf5-crashes/ (CTest's fuzz.hdf5-crash.* run every input there
+# through ced diff, ced gate and ced run --cache-in: exit 2, one line, no
+# signal, no hang), named by its site and content hash, so the same input
+# found twice is one file. Inputs over 64 KiB stay in the artifacts only (the
+# corpus is committed). New files are listed: commit them.
+new_crashes=()
+keep_hdf5_crash() {
+  local size slug sum dest
+  size=$(stat -c %s "$1")
+  ((size <= 65536)) || return 0
+  # A leak on HDF5's error path is no crash or hang without LeakSanitizer
+  # (the harness exits 2 on such a file in-process), and libFuzzer pins it on
+  # whichever input ran last (even an empty one): not worth a corpus entry.
+  [[ $2 == *"detected memory leaks"* ]] && return 0
+  slug=$(printf '%s' "$2" | sed -E 's/^[A-Za-z]*Sanitizer: //; s/^libFuzzer: //; s/ in /-/; s/[^A-Za-z0-9_]+/-/g; s/^-+|-+$//g')
+  sum=$(sha1sum "$1" | cut -c1-12)
+  dest="fuzz/hdf5-crashes/${slug:-crash}-$sum"
+  [[ -e $dest ]] && return 0
+  cp "$1" "$dest" && new_crashes+=("$dest")
+}
+
 failed=()
 summary=()
 for t in "${targets[@]}"; do
@@ -133,6 +156,7 @@ for t in "${targets[@]}"; do
         mv "$artifact" "$artifacts/hdf5-library/"
         hdf5=$((hdf5 + 1))
         hdf5_sites[$site]=$((${hdf5_sites[$site]:-0} + 1))
+        keep_hdf5_crash "$artifacts/hdf5-library/$(basename "$artifact")" "$site"
       else
         mkdir -p "$artifacts/ours"
         mv "$artifact" "$artifacts/ours/"
@@ -167,6 +191,10 @@ done
 
 echo "== summary"
 printf '%s\n' "${summary[@]}"
+if ((${#new_crashes[@]} > 0)); then
+  echo "${#new_crashes[@]} new HDF5-library crash inputs in fuzz/hdf5-crashes/ (replayed by CTest; commit them):"
+  printf '   %s\n' "${new_crashes[@]}"
+fi
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "FAIL: ${failed[*]} found something; replay an artifact with: $build/fuzz/<target> <artifact>"
   exit 1

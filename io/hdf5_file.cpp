@@ -301,6 +301,47 @@ WeightTensor read_weight(const fs::path& path, const std::string& name) {
   });
 }
 
+namespace {
+
+// The prompt prefix of a cache file, in the layout of a run file's
+// /inputs/tokens (SPEC §9); its length must be the cache's prefix_len.
+RunFile cache_inputs(const CacheFile& f) {
+  RunFile r;
+  r.config = f.config;
+  r.tokens = f.tokens;
+  r.weight_seed = f.weight_seed;
+  r.token_seed = f.token_seed;
+  r.tokens_explicit = f.tokens_explicit;
+  return r;
+}
+
+void check_cache_prefix(const CacheFile& f) {
+  if (int64_t(f.tokens.size()) != f.cache.prefix_len)
+    fail(kTokens, fmt::format("holds {} tokens, the cache covers a prefix of {}", f.tokens.size(), f.cache.prefix_len));
+}
+
+void write_cache_inputs(hid_t file, const CacheFile& f) {
+  check_cache_prefix(f);
+  write_inputs(file, cache_inputs(f));
+}
+
+void read_cache_inputs(hid_t file, CacheFile& f) {
+  if (!h5::exists(file, kTokens))
+    fail(kTokens, "is missing: the cache file predates recorded prompts, so what it belongs to cannot be checked; "
+                  "write it again with `ced run ... --cache-out`");
+  RunFile r;
+  r.config = f.config;
+  read_inputs(file, r);
+  if (r.weight_seed != f.weight_seed)
+    fail(kTokens, fmt::format("weight_seed {} differs from the root's {}", r.weight_seed, f.weight_seed));
+  f.tokens = std::move(r.tokens);
+  f.token_seed = r.token_seed;
+  f.tokens_explicit = r.tokens_explicit;
+  check_cache_prefix(f);
+}
+
+}  // namespace
+
 void write_cache_file(const fs::path& path, const CacheFile& f) {
   write_atomically(path, [&](hid_t file) {
     validate(f.config);
@@ -308,6 +349,7 @@ void write_cache_file(const fs::path& path, const CacheFile& f) {
     write_config(file, f.config);
     h5::write_uint_attr(file, "/", "weight_seed", f.weight_seed);
     h5::write_cache(file, "/cache", f.cache, f.config);
+    write_cache_inputs(file, f);
   });
 }
 
@@ -319,6 +361,7 @@ CacheFile read_cache_file(const fs::path& path) {
     f.weight_seed = h5::read_uint_attr(file, "/", "weight_seed");
     if (!h5::exists(file, "/cache")) fail("/cache", "is missing (not a cache file?)");
     f.cache = h5::read_cache(file, "/cache", f.config);
+    read_cache_inputs(file, f);
     return f;
   });
 }

@@ -68,12 +68,20 @@ struct WeightTensor {
 // /weights/<name> (§2 name) of a file written with weights_dtype.
 WeightTensor read_weight(const std::filesystem::path& path, const std::string& name);
 
-// A persisted cache on its own, with the config and weight seed it belongs
-// to (so a reader can check it against the model that will resume from it).
+// A persisted cache on its own, with what identifies it: the config, the
+// weight seed and the prompt prefix it was computed from (so `--cache-in` can
+// refuse a cache that belongs to another model or prompt). The prefix is
+// stored as /inputs/tokens int32 [P] with attrs weight_seed, token_seed,
+// tokens_explicit, as in a run file (SPEC §9); a cache file without it
+// (written before the prefix was recorded) is refused with a message saying
+// how to write it again.
 struct CacheFile {
   std::string generator;
   Config config;
   uint64_t weight_seed = 0;
+  uint64_t token_seed = 0;
+  bool tokens_explicit = false;  // as RunFile::tokens_explicit
+  std::vector<int32_t> tokens;   // the first cache.prefix_len tokens of the prompt
   PersistedCache cache;  // /cache
 };
 void write_cache_file(const std::filesystem::path& path, const CacheFile& f);

@@ -376,9 +376,15 @@ Config with_override(Config c, std::string_view kv) {
     if (key == k.key) c.*k.member = parse_whole<double>(key, value, "a number"), done = true;
   for (const auto& k : kListKeys)
     if (key == k.key) {
+      // Every comma separates two integers: "4,128," and "4,,128" are refused
+      // (getline would drop a trailing empty item); "" is the empty list.
       std::vector<int64_t> v;
-      std::stringstream ss(value);
-      for (std::string item; std::getline(ss, item, ',');) v.push_back(to_int(item));
+      for (size_t from = 0; !value.empty();) {
+        const size_t comma = value.find(',', from);
+        v.push_back(to_int(value.substr(from, comma == std::string::npos ? std::string::npos : comma - from)));
+        if (comma == std::string::npos) break;
+        from = comma + 1;
+      }
       c.*k.member = std::move(v);
       done = true;
     }

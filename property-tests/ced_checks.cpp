@@ -230,6 +230,8 @@ std::string check_resume_saved_cache(const Model& m, int64_t N, int64_t P) {
   cf.config = m.c;
   cf.weight_seed = kWeightSeed;
   cf.cache = *mem.cache;
+  cf.tokens.assign(rr.tokens.begin(), rr.tokens.begin() + cf.cache.prefix_len);
+  cf.tokens_explicit = true;  // the check's own tokens, not necessarily a token seed's
   write_cache_file(path, cf);
   const CacheFile back = read_cache_file(path);
   std::filesystem::remove(path);

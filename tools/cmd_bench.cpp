@@ -36,10 +36,12 @@ Runner add_bench(CLI::App& app) {
   auto* sub = app.add_subcommand("bench", "throughput of prefill (full, ced bounded) and decode per backend");
   o->model.config = "bench";
   o->model.add(sub, false);
-  sub->add_option("--tokens", o->tokens, "prompt length N")->capture_default_str();
-  sub->add_option("--decode", o->decode, "decode steps")->capture_default_str();
-  sub->add_option("--repeat", o->repeat, "timed repetitions (the best is reported)")->capture_default_str();
-  sub->add_option("--backend", o->backends, "backends to measure")->capture_default_str();
+  sub->add_option("--tokens", o->tokens, "prompt length N")->capture_default_str()->transform(integer_in(1, kMaxLength));
+  sub->add_option("--decode", o->decode, "decode steps")->capture_default_str()->transform(integer_in(0, kMaxLength));
+  sub->add_option("--repeat", o->repeat, "timed repetitions (the best is reported)")
+      ->capture_default_str()
+      ->transform(integer_in(1, 1000));
+  sub->add_option("--backend", o->backends, "backends to measure")->capture_default_str()->transform(backend_name());
   sub->add_option("--json", o->json, "also write every figure to this JSON file (atomically)");
   return {sub, [o] {
             const Config c = o->model.load();

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "io/hdf5_file.hpp"
+#include "io/untrusted.hpp"
 #include "model/error.hpp"
 #include "oracle/run_compare.hpp"
 #include "tools/common.hpp"
@@ -52,12 +53,12 @@ Runner add_diff(CLI::App& app) {
   auto* sub = app.add_subcommand("diff", "compare two run files tensor by tensor (SPEC §8); A is judged against B");
   sub->add_option("A", o->a, "run file under test")->required();
   sub->add_option("B", o->b, "reference run file")->required();
-  sub->add_option("--policy", o->policy, "tolerance policy TOML (default: any difference fails)");
-  sub->add_option("--run", o->run, "compare only this run");
+  sub->add_option("--policy", o->policy, "tolerance policy TOML (default: any difference fails)")->check(non_empty());
+  sub->add_option("--run", o->run, "compare only this run")->check(non_empty());
   sub->add_flag("--json", o->json, "print JSON");
   sub->add_flag("-v,--verbose", o->verbose, "list every tensor, not only failures");
   return {sub, [o] {
-            const RunFile a = read_run_file(o->a), b = read_run_file(o->b);
+            const RunFile a = read_untrusted_run_file(o->a), b = read_untrusted_run_file(o->b);
             const Policy policy = o->policy.empty() ? exact_policy() : load_policy_file(o->policy);
             std::vector<std::pair<const NamedRun*, const NamedRun*>> pairs;
             std::vector<std::string> problems;
@@ -120,9 +121,10 @@ Runner add_gate(CLI::App& app) {
   auto fault = std::make_shared<std::string>("none");
   auto* sub = app.add_subcommand("gate", "rerun every golden run on a backend and judge it under the golden policy");
   sub->add_option("--golden", *dir, "golden directory")->capture_default_str();
-  sub->add_option("--backend", o->backend, "backend to gate")->capture_default_str();
-  sub->add_option("--policy", o->policy, "policy TOML (default: DIR/policy.toml, or policy-calibrated.toml)");
-  sub->add_option("--only", o->only, "FILE or FILE:RUN");
+  sub->add_option("--backend", o->backend, "backend to gate")->capture_default_str()->transform(backend_name());
+  sub->add_option("--policy", o->policy, "policy TOML (default: DIR/policy.toml, or policy-calibrated.toml)")
+      ->check(non_empty());
+  sub->add_option("--only", o->only, "FILE or FILE:RUN")->check(non_empty());
   sub->add_flag("-v,--verbose", o->verbose, "print every tensor's metrics");
   sub->add_option("--fault", *fault, "test only: inject a fault into the backend")->group("");
   return {sub, [o, dir, fault] {

@@ -1,6 +1,9 @@
 // `ced oracle` (SPEC §7) and `ced spans` (SPEC §4, §6: the spans found on the model).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <stdexcept>
+
 #include "model/error.hpp"
 #include "oracle/analytic.hpp"
 #include "property-tests/ced_checks.hpp"
@@ -18,15 +21,26 @@ Runner add_oracle(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("oracle", "the analytic oracle of SPEC §7: spans, work, ratios, cache, cone");
   sub->add_option("--config", o->config, "built-in name or TOML file")->required();
-  sub->add_option("--tokens", o->tokens, "prompt lengths N (default 256 32768 1000000)");
-  sub->add_option("--prefix", o->prefix, "prefix P for the encoder-replay spans (default 4W)");
+  sub->add_option("--tokens", o->tokens, "prompt lengths N (default 256 32768 1000000)")
+      ->transform(integer_in(1, kMaxLength));
+  sub->add_option("--prefix", o->prefix, "prefix P for the encoder-replay spans (default 4W)")
+      ->transform(integer_in(0, kMaxLength));
   sub->add_flag("--json", o->json, "print JSON instead of the table");
   return {sub, [o] {
             const Config c = load_config(o->config);
             std::vector<int64_t> Ns = o->tokens;
             if (Ns.empty()) Ns = {256, 32768, 1000000};
             const int64_t P = o->prefix >= 0 ? o->prefix : 4 * c.window;
-            const OracleTable t = oracle_table(c, Ns, P);
+            OracleTable t;
+            try {
+              t = oracle_table(c, Ns, P);
+            } catch (const std::overflow_error&) {
+              // the §7 counts are exact int64 (oracle/analytic_flops.cpp): a length
+              // whose count does not fit is out of range for this config
+              throw InputError(fmt::format("--tokens: N = {} is too long for config {}: its SPEC §7 FLOP count "
+                                           "overflows int64",
+                                           *std::max_element(Ns.begin(), Ns.end()), c.name));
+            }
             std::fputs((o->json ? oracle_table_json(t) + "\n" : format_oracle_table(t)).c_str(), stdout);
             return 0;
           }};
@@ -43,9 +57,11 @@ Runner add_spans(CLI::App& app) {
   auto* sub = app.add_subcommand("spans", "replay spans: the oracle's, and with --empirical the ones found on the model");
   sub->add_option("--config", o->config, "built-in name or TOML file")->required();
   sub->add_flag("--empirical", o->empirical, "search the real model (reference backend) over replay lengths");
-  sub->add_option("--tokens", o->tokens, "prompt length N of the search (default: past every span)");
-  sub->add_option("--prefix", o->prefix, "prefix P of the encoder-resume search (default 1 + E(W-1) + W)");
-  sub->add_option("--weight-seed", o->weight_seed, "weight_seed of SPEC §2")->capture_default_str();
+  sub->add_option("--tokens", o->tokens, "prompt length N of the search (default: past every span)")
+      ->transform(integer_in(1, kMaxLength));
+  sub->add_option("--prefix", o->prefix, "prefix P of the encoder-resume search (default 1 + E(W-1) + W)")
+      ->transform(integer_in(0, kMaxLength));
+  sub->add_option("--weight-seed", o->weight_seed, "weight_seed of SPEC §2")->capture_default_str()->transform(unsigned_integer());
   return {sub, [o] {
             const Config c = load_config(o->config);
             const Plan p = make_plan(c);

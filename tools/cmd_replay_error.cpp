@@ -19,10 +19,12 @@ Runner add_replay_error(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("replay-error", "sweep N, decode steps and resume prefixes: bounded replay vs exact");
   o->model.add(sub);
-  sub->add_option("--tokens", o->sweep.lengths, "prompt lengths N (default W..64W and the lengths around R)");
-  sub->add_option("--decode", o->sweep.decode, "decode steps per length")->capture_default_str();
-  sub->add_option("--prefix", o->sweep.prefixes, "resume prefixes P (default W/2, W, W+1, 2W, 4W)");
-  sub->add_option("--backend", o->sweep.backend, "backend")->capture_default_str();
+  sub->add_option("--tokens", o->sweep.lengths, "prompt lengths N (default W..64W and the lengths around R)")
+      ->transform(integer_in(1, kMaxLength));
+  sub->add_option("--decode", o->sweep.decode, "decode steps per length")->capture_default_str()->transform(integer_in(1, kMaxLength));
+  sub->add_option("--prefix", o->sweep.prefixes, "resume prefixes P (default W/2, W, W+1, 2W, 4W)")
+      ->transform(integer_in(0, kMaxLength));
+  sub->add_option("--backend", o->sweep.backend, "backend")->capture_default_str()->transform(backend_name());
   sub->add_option("--out", o->out, "output prefix: writes PREFIX.csv, PREFIX.h5, PREFIX.svg")->required();
   return {sub, [o] {
             const Config c = o->model.load();

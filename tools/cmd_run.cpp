@@ -1,12 +1,54 @@
 // `ced run` (SPEC §10): one run of one backend, written as HDF5 (SPEC §9).
 #include <fmt/format.h>
 
+#include <sstream>
+
 #include "io/hdf5_file.hpp"
+#include "io/untrusted.hpp"
 #include "model/error.hpp"
 #include "model/weights.hpp"
 #include "tools/common.hpp"
 
 namespace ced::tools {
+namespace {
+
+// The first line where two configs' TOML differ, as "KEY is A in X, B in Y"
+// ("" when they are equal); the config's name (a file path, --set) is no part
+// of what a cache belongs to.
+std::string first_config_difference(const Config& x, const Config& y, const char* x_name, const char* y_name) {
+  std::istringstream a(to_toml(x)), b(to_toml(y));
+  for (std::string la, lb; std::getline(a, la) && std::getline(b, lb);) {
+    if (la == lb) continue;
+    const auto eq = la.find(" = ");
+    return fmt::format("{} is {} in {}, {} in {}", la.substr(0, eq), la.substr(eq + 3), x_name,
+                       lb.substr(lb.find(" = ") + 3), y_name);
+  }
+  return "";
+}
+
+// --cache-in: the cache must belong to this run's config, weights and prompt
+// prefix (SPEC §6: a persisted cache is the state of one model after one
+// prefix); anything else would resume another computation. InputError naming
+// the first mismatch.
+void check_cache_belongs(const std::string& file, const CacheFile& cf, const Config& c, uint64_t weight_seed,
+                         uint64_t token_seed, const RunRequest& r) {
+  if (const std::string d = first_config_difference(cf.config, c, "the cache", "this run"); !d.empty())
+    throw InputError(fmt::format("--cache-in: '{}' was written for another config: {}", file, d));
+  if (cf.weight_seed != weight_seed)
+    throw InputError(fmt::format("--cache-in: '{}' was written for weight seed {}, this run uses {}", file,
+                                 cf.weight_seed, weight_seed));
+  const int64_t P = cf.cache.prefix_len;
+  if (r.prefix_len != P)
+    throw InputError(fmt::format("--cache-in: '{}' holds a prefix of {} tokens, --prefix is {}", file, P, r.prefix_len));
+  for (int64_t i = 0; i < P && i < int64_t(r.tokens.size()); ++i)
+    if (cf.tokens[size_t(i)] != r.tokens[size_t(i)])
+      throw InputError(fmt::format(
+          "--cache-in: '{}' was computed from another prompt: token {} at position {} is {} in the cache, {} in this "
+          "run (token seed {} in the cache, {} in this run)",
+          file, i, i, cf.tokens[size_t(i)], r.tokens[size_t(i)], cf.token_seed, token_seed));
+}
+
+}  // namespace
 
 Runner add_run(CLI::App& app) {
   struct Opts {
@@ -20,20 +62,26 @@ Runner add_run(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("run", "run one prefill (and decode) on one backend and write it as HDF5");
   o->model.add(sub);
-  sub->add_option("--tokens", o->tokens, "prompt length N")->required();
-  sub->add_option("--mode", o->mode, "full | ced | resume")->capture_default_str();
-  sub->add_option("--replay", o->replay, "bounded | exact | full | K (ced, resume; default bounded)");
-  sub->add_option("--prefix", o->prefix, "resume: cached prefix length P");
-  sub->add_option("--resume-replay", o->resume_replay, "resume: encoder replay length (default W, SPEC §6)");
-  sub->add_option("--decode", o->decode, "teacher-forced decode steps after the prefill")->capture_default_str();
-  sub->add_option("--backend", o->backend, "reference | reference-f64 | cuda | cuda-bf16")->capture_default_str();
+  sub->add_option("--tokens", o->tokens, "prompt length N")->required()->transform(integer_in(1, kMaxLength));
+  sub->add_option("--mode", o->mode, "full | ced | resume")->capture_default_str()->check(CLI::IsMember({"full", "ced", "resume"}));
+  sub->add_option("--replay", o->replay, "bounded | exact | full | K (ced, resume; default bounded)")
+      ->check(non_empty());
+  sub->add_option("--prefix", o->prefix, "resume: cached prefix length P")->transform(integer_in(0, kMaxLength));
+  sub->add_option("--resume-replay", o->resume_replay, "resume: encoder replay length (default W, SPEC §6)")
+      ->transform(integer_in(1, kMaxLength));
+  sub->add_option("--decode", o->decode, "teacher-forced decode steps after the prefill")
+      ->capture_default_str()
+      ->transform(integer_in(0, kMaxLength));
+  sub->add_option("--backend", o->backend, "reference | reference-f64 | cuda | cuda-bf16")
+      ->capture_default_str()
+      ->transform(backend_name());
   sub->add_option("--capture", o->capture, "none | layers")->capture_default_str();
   sub->add_option("--logits", o->logits, "all | last: prefill positions whose logits are kept")->capture_default_str();
   sub->add_flag("--weights", o->weights, "also store every weight tensor (/weights)");
-  sub->add_option("--run", o->run_name, "run name in the file (default: the mode and replay)");
+  sub->add_option("--run", o->run_name, "run name in the file (default: the mode and replay)")->check(non_empty());
   sub->add_option("--out", o->out, "output HDF5 file")->required();
-  sub->add_option("--cache-in", o->cache_in, "resume: read the persisted cache from this file");
-  sub->add_option("--cache-out", o->cache_out, "write the persisted cache (SPEC §6) to this file");
+  sub->add_option("--cache-in", o->cache_in, "resume: read the persisted cache from this file")->check(non_empty());
+  sub->add_option("--cache-out", o->cache_out, "write the persisted cache (SPEC §6) to this file")->check(non_empty());
   sub->add_option("--fault", o->fault, "test only: inject a fault (negative controls)")->group("");
   return {sub, [o] {
             const Config c = o->model.load();
@@ -55,15 +103,16 @@ Runner add_run(CLI::App& app) {
             r.want_cache = !o->cache_out.empty();
             if (r.n_prompt < 1) throw InputError("--tokens: N must be >= 1");
             if (r.decode_steps < 0) throw InputError("--decode: must be >= 0");
+            // Before the tokens are made: a length no machine can hold is refused, not allocated.
+            check_fits_in_memory(c, r.n_prompt + r.decode_steps, o->backend);
             r.tokens = make_tokens(o->model.token_seed, c.vocab_size, r.n_prompt + r.decode_steps);
+            validate_request(c, r);
             if (!o->cache_in.empty()) {
-              const CacheFile cf = read_cache_file(o->cache_in);
-              if (to_toml(cf.config) != to_toml(c) || cf.weight_seed != o->model.weight_seed)
-                throw InputError(fmt::format("--cache-in: '{}' was written for another config or weight seed", o->cache_in));
+              if (r.mode != Mode::Resume) throw InputError("--cache-in: only a resume (--mode resume) reads a cache");
+              const CacheFile cf = read_untrusted_cache_file(o->cache_in);
+              check_cache_belongs(o->cache_in, cf, c, o->model.weight_seed, o->model.token_seed, r);
               r.cache_in = std::make_shared<PersistedCache>(cf.cache);
             }
-            validate_request(c, r);
-            check_fits_in_memory(c, r.n_prompt + r.decode_steps, o->backend);
             std::printf("config %s, weight_seed %llu, token_seed %llu, backend %s\n", c.name.c_str(),
                         (unsigned long long)o->model.weight_seed, (unsigned long long)o->model.token_seed,
                         o->backend.c_str());
@@ -87,7 +136,9 @@ Runner add_run(CLI::App& app) {
               cf.generator = f.generator;
               cf.config = c;
               cf.weight_seed = o->model.weight_seed;
+              cf.token_seed = o->model.token_seed;
               cf.cache = *res.cache;
+              cf.tokens.assign(r.tokens.begin(), r.tokens.begin() + cf.cache.prefix_len);
               write_cache_file(o->cache_out, cf);
             }
             const int64_t N = r.n_prompt;

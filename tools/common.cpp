@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 
 #include "model/error.hpp"
@@ -15,11 +17,66 @@
 
 namespace ced::tools {
 
+namespace {
+
+// Decimal digits only: from_chars takes a leading '-' for signed types and
+// nothing else (no '+', no spaces, no base prefix).
+bool all_digits(std::string_view s) {
+  if (!s.empty() && s.front() == '-') s.remove_prefix(1);
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+template <class T>
+CLI::Validator whole_integer(T lo, T hi, const std::string& desc) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        T v{};
+        if (all_digits(text) && text.front() == '-' && std::is_unsigned_v<T>)
+          return fmt::format("{} is outside [{}, {}]", text, lo, hi);
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (!all_digits(text) || (ec != std::errc() && ec != std::errc::result_out_of_range) ||
+            end != text.data() + text.size())
+          return fmt::format("'{}' is not a decimal integer", text);
+        if (ec == std::errc::result_out_of_range || v < lo || v > hi)
+          return fmt::format("{} is outside [{}, {}]", text, lo, hi);
+        text = std::to_string(v);  // canonical: no leading zeros for CLI11's base-0 strtoll
+        return "";
+      },
+      desc);
+}
+
+}  // namespace
+
+CLI::Validator integer_in(int64_t lo, int64_t hi) {
+  return whole_integer<int64_t>(lo, hi, fmt::format("INT in [{}, {}]", lo, hi));
+}
+
+CLI::Validator unsigned_integer() {
+  return whole_integer<uint64_t>(0, std::numeric_limits<uint64_t>::max(), "UINT64");
+}
+
+CLI::Validator non_empty() {
+  return CLI::Validator([](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; },
+                        "TEXT");
+}
+
+CLI::Validator backend_name() {
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        for (const auto& n : backend_names())
+          if (name == n) return "";
+        std::string names;
+        for (const auto& n : backend_names()) names += (names.empty() ? "" : ", ") + n;
+        return fmt::format("'{}' is not one of {}", name, names);
+      },
+      "BACKEND");
+}
+
 void ModelOptions::add(CLI::App* sub, bool config_required) {
   auto* o = sub->add_option("--config", config, "built-in name (tiny, small, v41-shape, bench, v41-flash) or TOML file");
   if (config_required) o->required();
-  sub->add_option("--weight-seed", weight_seed, "weight_seed of SPEC §2")->capture_default_str();
-  sub->add_option("--token-seed", token_seed, "token_seed of SPEC §2")->capture_default_str();
+  sub->add_option("--weight-seed", weight_seed, "weight_seed of SPEC §2")->capture_default_str()->transform(unsigned_integer());
+  sub->add_option("--token-seed", token_seed, "token_seed of SPEC §2")->capture_default_str()->transform(unsigned_integer());
   sub->add_option("--set", set, "override a config key, KEY=VALUE (repeatable), e.g. --set window=64");
 }
 

@@ -11,6 +11,28 @@
 
 namespace ced::tools {
 
+// The one grammar of every integer option: decimal digits, with a leading '-'
+// only where the range allows negatives, the whole text, inside [lo, hi].
+// CLI11's own conversion (strtoll with base 0) accepts " 5", "0x10", octal
+// "010" = 8, and "-1" for an unsigned seed (wrapping to 2^64 - 1), and clamps
+// an out-of-range number instead of refusing it. Used as a transform, so a
+// rejected value is a parse error (exit 2, one line) naming the option, and an
+// accepted one reaches CLI11 in canonical decimal.
+CLI::Validator integer_in(int64_t lo, int64_t hi);
+CLI::Validator unsigned_integer();  // [0, 2^64 - 1]: the seeds
+
+// Token counts, prefixes, decode steps and replay lengths on the command line:
+// up to 2^30, so that N + decode and the §7 FLOP counts (int64) cannot
+// overflow, and far past any run that fits a machine (check_fits_in_memory).
+inline constexpr int64_t kMaxLength = int64_t(1) << 30;
+
+// Options whose empty value would silently mean "not given" (--replay '' =
+// bounded, --policy '' = exact, --cache-in '' = no cache): refused.
+CLI::Validator non_empty();
+
+// --backend: one of backend_names() (checked when parsed, before any work).
+CLI::Validator backend_name();
+
 // --config, --weight-seed, --token-seed: the model and its input (SPEC §2).
 struct ModelOptions {
   std::string config = "tiny";

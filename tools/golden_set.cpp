@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "io/untrusted.hpp"
 #include "model/error.hpp"
 #include "model/weights.hpp"
 #include "oracle/run_compare.hpp"
@@ -114,12 +115,15 @@ GateReport run_gate(const GateOptions& o) {
   if (auto colon = o.only.find(':'); colon != std::string::npos) {
     only_file = o.only.substr(0, colon);
     only_run = o.only.substr(colon + 1);
+    // "FILE:" and ":RUN" would silently widen the selection to every run or file.
+    if (only_file.empty() || only_run.empty())
+      throw InputError(fmt::format("--only: '{}' is not FILE or FILE:RUN (both parts non-empty)", o.only));
   }
   std::optional<GoldenCalibration> stored_cal;
   for (const auto& path : files) {
     const std::string fname = path.filename().string();
     if (!only_file.empty() && fname != only_file) continue;
-    const RunFile f = read_run_file(path);
+    const RunFile f = read_untrusted_run_file(path);
     check_fits_in_memory(f.config, int64_t(f.tokens.size()), o.backend);
     auto be = make_backend(o.backend, f.config, f.weight_seed);
     // Self-calibrating bounds scale the f32 reference's error measured once

@@ -5,12 +5,16 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <string>
 
 #include "io/hdf5_file.hpp"
+#include "io/untrusted.hpp"
 #include "model/error.hpp"
 #include "model/plan.hpp"
 #include "model/weights.hpp"
@@ -344,14 +348,111 @@ TEST_F(IoTest, PersistedCacheRoundTripsBitwise) {
   f.generator = "io_test";
   f.config = builtin_config("tiny");
   f.weight_seed = kWeightSeed;
+  f.token_seed = 5;
   f.cache = fabricated_cache(f.config, 7, "f64");  // 7 = odd: the ratio-2 source has a pending row
+  f.tokens = make_tokens(f.token_seed, f.config.vocab_size, 7);
   ASSERT_EQ(f.cache.sources[0].pending_c.rows(), 1);
   write_cache_file(path("cache.h5"), f);
   const CacheFile g = read_cache_file(path("cache.h5"));
   EXPECT_EQ(g.generator, f.generator);
   EXPECT_EQ(g.weight_seed, f.weight_seed);
+  EXPECT_EQ(g.token_seed, f.token_seed);
+  EXPECT_EQ(g.tokens, f.tokens);
   expect_config_eq(g.config, f.config);
   expect_cache_eq(g.cache, f.cache);
+}
+
+TEST_F(IoTest, CacheFileWithoutItsPromptIsRefusedSayingHowToRewriteIt) {
+  CacheFile f;
+  f.generator = "io_test";
+  f.config = builtin_config("tiny");
+  f.weight_seed = kWeightSeed;
+  f.token_seed = kTokenSeed;
+  f.cache = fabricated_cache(f.config, 4, "f32");
+  f.tokens = make_tokens(kTokenSeed, f.config.vocab_size, 4);
+  write_cache_file(path("old.h5"), f);
+  // an old cache file: everything but the prompt prefix
+  hid_t file = H5Fopen(path("old.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(H5Ldelete(file, "/inputs/tokens", H5P_DEFAULT), 0);
+  H5Fclose(file);
+  const std::string msg = input_error([&] { (void)read_cache_file(path("old.h5")); });
+  EXPECT_NE(msg.find("/inputs/tokens: is missing"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--cache-out"), std::string::npos) << msg;
+}
+
+TEST_F(IoTest, CachePrefixOfTheWrongLengthIsRefusedOnWrite) {
+  CacheFile f;
+  f.config = builtin_config("tiny");
+  f.cache = fabricated_cache(f.config, 4, "f32");
+  f.tokens = make_tokens(kTokenSeed, f.config.vocab_size, 3);
+  f.token_seed = kTokenSeed;
+  const std::string msg = input_error([&] { write_cache_file(path("c.h5"), f); });
+  EXPECT_NE(msg.find("holds 3 tokens, the cache covers a prefix of 4"), std::string::npos) << msg;
+  EXPECT_TRUE(dir_entries().empty());
+}
+
+// ---- untrusted files: the child process (io/untrusted.hpp) ----------------
+
+TEST(Isolation, AnswerOfAHealthyChildComesBack) {
+  EXPECT_EQ(run_isolated("f.h5", {10, 1ull << 30}, [] { return std::string("fine"); }), "fine");
+}
+
+TEST(Isolation, InputErrorOfTheChildComesBackUnchanged) {
+  const std::string msg = input_error([] {
+    run_isolated("f.h5", {10, 1ull << 30}, []() -> std::string { throw InputError("cannot read 'f.h5': /x: bad"); });
+  });
+  EXPECT_EQ(msg, "cannot read 'f.h5': /x: bad");
+}
+
+TEST(Isolation, CrashOfTheChildIsACorruptFileErrorNamingTheSignal) {
+  const std::string msg = input_error([] {
+    run_isolated("f.h5", {10, 1ull << 30}, []() -> std::string {
+      std::raise(SIGSEGV);
+      return "survived";
+    });
+  });
+  EXPECT_EQ(msg, "cannot read 'f.h5': corrupt or unreadable HDF5 file (the reader was killed by SIGSEGV)");
+}
+
+TEST(Isolation, ChildRunningPastItsTimeIsStopped) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = input_error([] {
+    run_isolated("f.h5", {1, 1ull << 30}, []() -> std::string {
+      std::atomic<uint64_t> spins{0};
+      for (;;) spins.fetch_add(1, std::memory_order_relaxed);  // a library stuck in a loop
+    });
+  });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(msg.find("corrupt or unreadable HDF5 file (the reader ran past the limit of 1 s)"), std::string::npos) << msg;
+  EXPECT_LT(secs, 5.0);  // the 1 s alarm, with room for a loaded machine
+}
+
+#if !defined(__SANITIZE_ADDRESS__)
+TEST(Isolation, ChildAllocatingPastItsMemoryLimitIsRefused) {
+  const std::string msg = input_error([] {
+    run_isolated("f.h5", {10, 64ull << 20}, []() -> std::string {
+      std::vector<char> big(size_t(1) << 30, 1);  // 1 GiB against a 64 MiB allowance
+      return std::to_string(big[12345]);
+    });
+  });
+  EXPECT_NE(msg.find("corrupt or unreadable HDF5 file (the reader ran out of its 64 MiB of memory)"), std::string::npos)
+      << msg;
+}
+#endif
+
+TEST_F(IoTest, UntrustedReadGivesTheSameRunFileAsTheDirectRead) {
+  write_run_file(path("r.h5"), two_run_file());
+  const RunFile a = read_run_file(path("r.h5")), b = read_untrusted_run_file(path("r.h5"));
+  EXPECT_EQ(a.generator, b.generator);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(to_toml(a.config), to_toml(b.config));
+  ASSERT_EQ(a.runs.size(), b.runs.size());
+  for (size_t i = 0; i < a.runs.size(); ++i) {
+    EXPECT_EQ(a.runs[i].name, b.runs[i].name);
+    EXPECT_TRUE(same_bits(a.runs[i].result.logits, b.runs[i].result.logits)) << a.runs[i].name;
+    EXPECT_EQ(a.runs[i].result.positions, b.runs[i].result.positions);
+    EXPECT_EQ(a.runs[i].result.layers.size(), b.runs[i].result.layers.size());
+  }
 }
 
 TEST_F(IoTest, CacheMissingAKvSourceIsRefusedOnWrite) {
