@@ -616,14 +616,21 @@ def read_equivalent(path):
 # ---------------------------------------------------------------------------
 
 def run_cmd(cmd, cwd, timeout):
+    """Runs a shell command in its own process group; on a timeout or an interrupt the whole group goes."""
     t0 = time.monotonic()
+    p = subprocess.Popen(cmd, cwd=cwd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
     try:
-        p = subprocess.run(cmd, cwd=cwd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, timeout=timeout, start_new_session=True)
-        return p.returncode, p.stdout, time.monotonic() - t0, False
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return -1, out, time.monotonic() - t0, True
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out, time.monotonic() - t0, False
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        return -1, out or "", time.monotonic() - t0, True
+    except BaseException:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise
 
 
 FAILED_RE = re.compile(r"^\s*\d+ - (\S+) \((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|[^)]*)\)",
@@ -631,6 +638,8 @@ FAILED_RE = re.compile(r"^\s*\d+ - (\S+) \((Failed|Timeout|SEGFAULT|Subprocess a
 
 
 def test_stages(args):
+    if args.test_cmd:
+        return [args.test_cmd]
     stages = []
     for s in args.stage:
         stages.append(f"ctest {s} {args.ctest_args} --timeout {args.test_timeout}")
@@ -667,14 +676,20 @@ def cmd_run(args):
     ms = sample(all_mutants(root, args.scope), args.count, args.seed)
     if args.only:
         ms = [m for m in ms if m.id in set(args.only.split(","))]
-    # Consecutive mutants of one file recompile that file once each.
-    ms.sort(key=lambda m: (m.file, m.start, m.op, m.new))
-    build_cmd = f"cmake --build {shlex.quote(str(build))} {args.build_args}"
+    # Consecutive mutants of one file recompile that file once each; the files come in a seeded order,
+    # so that an interrupted pass has covered a random subset of the files, not the first directories.
+    files = sorted({m.file for m in ms})
+    random.Random(args.seed).shuffle(files)
+    rank = {f: i for i, f in enumerate(files)}
+    ms.sort(key=lambda m: (rank[m.file], m.start, m.op, m.new))
+    build_cmd = args.build_cmd or f"cmake --build {shlex.quote(str(build))} {args.build_args}"
 
     def interrupted(signum, frame):
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)
+    # A shell without job control starts background commands with SIGINT ignored; take it back.
+    signal.signal(signal.SIGINT, interrupted)
     print(f"mutate: {len(ms)} mutants, seed {args.seed}, src {root}, build {build}", flush=True)
     rc, out, dt, _ = run_cmd(build_cmd, root, args.build_timeout)
     if rc != 0:
@@ -865,6 +880,8 @@ def main(argv=None):
     p.add_argument("--stage", action="append",
                    help="ctest selection for one stage, run in order (default: smoke unit tests, then the "
                         "rest of the default tier, without the fuzzer corpora)")
+    p.add_argument("--test-cmd", default="", help="one shell command instead of the ctest stages (run in BUILD)")
+    p.add_argument("--build-cmd", default="", help="instead of cmake --build BUILD BUILD_ARGS (run in SRC)")
     p.add_argument("--ctest-args", default="-j2 --stop-on-failure", help="arguments for every ctest stage")
     p.add_argument("--test-timeout", type=int, default=120, help="per-test timeout (s)")
     p.add_argument("--stage-timeout", type=int, default=900, help="whole-stage timeout (s)")
