@@ -33,4 +33,4 @@ if [ ! -f "$build/build.ninja" ]; then
         -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" >/dev/null
 fi
 exec nice python3 "$root/tools/mutate/mutate.py" run --build "$build" \
-     --build-args "-j${CED_MUTATE_JOBS:-2}" "$@"
+     --build-args="-j${CED_MUTATE_JOBS:-2}" "$@"
