@@ -14,7 +14,7 @@ set -euo pipefail
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 root=$(cd "$(dirname "$0")/.." && pwd)
 cmd=run
-if [ "${1:-}" = list ] || [ "${1:-}" = selftest ]; then cmd=$1; shift; fi
+if [ "${1:-}" = list ] || [ "${1:-}" = selftest ] || [ "${1:-}" = table ]; then cmd=$1; shift; fi
 if [ "$cmd" != run ]; then exec python3 "$root/tools/mutate/mutate.py" "$cmd" "$@"; fi
 
 build=$root/build-mutate

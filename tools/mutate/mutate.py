@@ -758,8 +758,9 @@ def write_tables(args, rows, elapsed, planned):
     per = sum(r["build_s"] + r["test_s"] for r in ran) / len(ran) if ran else 0.0
     lines = [
         "# Mutation pass", "",
-        f"Seed {args.seed}, {len(rows)} of {planned} mutants done, wall {elapsed / 60:.1f} min, "
-        f"{per:.0f} s per mutant (build + tests).", "",
+        f"Seed {args.seed}, {len(rows)} of {planned} mutants done"
+        + (f", wall {elapsed / 60:.1f} min" if elapsed == elapsed else "")
+        + f", {per:.0f} s per mutant run (build + tests).", "",
         "| generated | stillborn | killed | timeout | equivalent | survived | kill rate (non-equivalent) |",
         "|---|---|---|---|---|---|---|",
         f"| {s['generated']} | {s['stillborn']} | {s['killed']} | {s['timeout']} | {s['equivalent']} | "
@@ -797,6 +798,30 @@ def cmd_list(args):
     print(f"# {len(ms)} listed of {len(allm)} sites: " + ", ".join(f"{k} {v}" for k, v in sorted(by.items())),
           file=sys.stderr)
     return 0
+
+
+def cmd_table(args):
+    """Merges kill tables (a later row of a mutant replaces an earlier one, e.g. a rerun with new tests)
+    and applies the declared equivalents."""
+    eq = read_equivalent(args.equivalent)
+    rows = {}
+    for path in args.csv:
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                for k in ("build_s", "test_s"):
+                    r[k] = float(r[k])
+                r["line"] = int(r["line"])
+                if r["status"] == "stillborn" and r["id"] in rows:
+                    continue  # a rerun that did not build says nothing new
+                rows[r["id"]] = r
+    for r in rows.values():
+        if r["id"] in eq and r["status"] == "survived":
+            r.update(status="equivalent", detail=eq[r["id"]])
+    args.seed = args.seed if args.seed is not None else "?"
+    out = list(rows.values())
+    write_tables(args, out, float("nan"), len(out))
+    s = summary(out)
+    return 0 if s["rate"] is None or s["rate"] >= args.target else 1
 
 
 # ---------------------------------------------------------------------------
@@ -891,6 +916,12 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="where the kill table goes (default: BUILD/mutation)")
     p.add_argument("--target", type=float, default=0.95, help="exit 1 below this kill rate")
     p.add_argument("--no-baseline", action="store_true", help="skip the unmutated test run")
+    p = sub.add_parser("table", help="merge kill tables (later rows win) and apply the declared equivalents")
+    p.add_argument("csv", nargs="+")
+    p.add_argument("--equivalent", default=str(here / "equivalent.txt"))
+    p.add_argument("--out", required=True)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--target", type=float, default=0.95)
     p = sub.add_parser("selftest", help="the tool on a fixture")
     p.add_argument("--fixture", default=str(here / "fixture.cpp"))
     p.add_argument("--compile", action="store_true", help="also compile each mutant with -fsyntax-only")
@@ -907,6 +938,8 @@ def main(argv=None):
         return cmd_run(args)
     if args.cmd == "list":
         return cmd_list(args)
+    if args.cmd == "table":
+        return cmd_table(args)
     return cmd_selftest(args)
 
 
