@@ -214,3 +214,42 @@ TEST(ReplayErrorCommand, LengthsBelowOneAndNoDecodeStepsAreUsageErrors) {
   expect_usage_error("replay-error --config tiny --tokens 4 --decode 0" + out, "--decode");
   EXPECT_FALSE(fs::exists(scratch() / "bad-drift.csv"));
 }
+
+TEST(CommandLine, UnknownCommandIsNamedWithTheListOfCommands) {
+  const Result r = run_ced("frobnicate --config tiny");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err, "ced: error: unknown command 'frobnicate' (commands: verify, run, diff, gate, oracle, spans, "
+                   "replay-error, golden, bench)\n");
+}
+
+TEST(CommandLine, BadOptionOfAKnownCommandIsNotAnUnknownCommand) {
+  for (const char* args : {"oracle --config tiny --frobnicate", "--frobnicate"}) {
+    const Result r = run_ced(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.err.find("unknown command"), std::string::npos) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("(see ced --help)"), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+TEST(BenchCommand, DecodeStepsCountTowardTheMemoryCheck) {
+  // 8 prompt tokens of tiny fit anywhere; 8 + 1e11 positions need terabytes: refused before any work.
+  expect_usage_error("bench --config tiny --tokens 8 --decode 100000000000", "needs about");
+}
+
+TEST(RunCommand, ThroughputCountsPromptAndDecodeTokens) {
+  const fs::path out = scratch() / "throughput.h5";
+  const Result r = run_ced("run --config small --tokens 200 --decode 200 --logits last --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  double secs = 0, tps = 0;
+  bool found = false;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);)
+    if (std::sscanf(l.c_str(), "%lf s, %lf tokens/s", &secs, &tps) == 2) found = true;
+  ASSERT_TRUE(found) << r.out;
+  // secs is printed to 1 ms; a 400-position run of small takes far longer than 20 ms, so the
+  // rounding stays under 5 %, and tokens/s * secs must give N + decode = 400, not N = 200.
+  ASSERT_GT(secs, 0.02) << r.out;
+  EXPECT_NEAR(tps * secs, 400, 400 * 0.05) << r.out;
+}
