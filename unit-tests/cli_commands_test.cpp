@@ -1,0 +1,255 @@
+// The commands beyond run, diff and gate, end to end through the `ced` binary (SPEC §10): `ced oracle`
+// prints the library's table for the same arguments and keeps its documented defaults, `ced spans`
+// prints the plan's spans (capped by N and P) and finds them on the model, `ced bench` prints one
+// row per phase and the oracle's FLOP ratio, and each refuses bad arguments with exit 2 and one line.
+// Written for the mutation pass (docs/mutation.md): these lines were unguarded before.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "model/config.hpp"
+#include "model/plan.hpp"
+#include "oracle/analytic.hpp"
+#include "tools/replay_sweep.hpp"
+
+namespace fs = std::filesystem;
+using namespace ced;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+fs::path scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("ced-cli-commands-test-" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result run_ced(const std::string& args) {
+  const fs::path o = scratch() / "stdout", e = scratch() / "stderr";
+  const std::string cmd = std::string(CED_BINARY) + " " + args + " >" + o.string() + " 2>" + e.string();
+  const int status = std::system(cmd.c_str());
+  Result r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(o);
+  r.err = slurp(e);
+  return r;
+}
+
+void expect_usage_error(const std::string& args, const std::string& word) {
+  const Result r = run_ced(args);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "want one line: " << r.err;
+  EXPECT_NE(r.err.find(word), std::string::npos) << r.err;
+}
+
+// The line of `text` that starts with `prefix` (after leading blanks), or "".
+std::string line_starting(const std::string& text, const std::string& prefix) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t b = line.find_first_not_of(' ');
+    if (b != std::string::npos && line.compare(b, prefix.size(), prefix) == 0) return line;
+  }
+  return "";
+}
+
+// The integers printed after the label of a `ced spans` row: the oracle's, then (with --empirical)
+// the found one.
+std::vector<long long> span_row(const std::string& out, const std::string& label) {
+  const std::string line = line_starting(out, label);
+  std::vector<long long> v;
+  if (line.empty()) return v;
+  std::istringstream in(line.substr(label.size()));
+  for (std::string w; in >> w;) {
+    char* end = nullptr;
+    const long long x = std::strtoll(w.c_str(), &end, 10);
+    if (end && *end == '\0' && !w.empty()) v.push_back(x);
+  }
+  return v;
+}
+
+const char* kLast = "decoder: exact last-position logits, R = 1 + D(W-1)";
+const char* kDecode = "decoder: exact next decode step, D(W-1)";
+const char* kEncHidden = "encoder resume: exact H_E at P-1, 1 + E(W-1)";
+const char* kEncNext = "encoder resume: exact first new position, E(W-1)";
+
+}  // namespace
+
+TEST(OracleCommand, JsonIsTheLibrarysTableForTheGivenLengthsAndPrefix) {
+  const Config c = load_config("tiny");
+  const Result r = run_ced("oracle --config tiny --tokens 40 100 --prefix 9 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, oracle_table_json(oracle_table(c, {40, 100}, 9)) + "\n");
+}
+
+TEST(OracleCommand, DefaultsAreThreeLengthsAndPrefixFourW) {
+  const Config c = load_config("tiny");
+  const Result r = run_ced("oracle --config tiny");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, format_oracle_table(oracle_table(c, {256, 32768, 1000000}, 4 * c.window)));
+}
+
+TEST(SpansCommand, OracleColumnIsThePlansSpans) {
+  const Plan p = make_plan(load_config("tiny"));
+  const Result r = run_ced("spans --config tiny");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find(fmt::format("config tiny: L = {}, E = {}, D = {}, W = {}", p.L, p.E, p.D, p.W)),
+            std::string::npos)
+      << r.out;
+  // The default N lies past every span and P past the encoder's, so nothing is capped.
+  EXPECT_EQ(span_row(r.out, kLast), std::vector<long long>{1 + p.D * (p.W - 1)}) << r.out;
+  EXPECT_EQ(span_row(r.out, kDecode), std::vector<long long>{std::max<int64_t>(1, p.D * (p.W - 1))}) << r.out;
+  EXPECT_EQ(span_row(r.out, kEncHidden), std::vector<long long>{1 + p.E * (p.W - 1)}) << r.out;
+  EXPECT_EQ(span_row(r.out, kEncNext), std::vector<long long>{std::max<int64_t>(1, p.E * (p.W - 1))}) << r.out;
+}
+
+TEST(SpansCommand, SpansAreCappedByTheGivenNAndP) {
+  const Plan p = make_plan(load_config("tiny"));
+  ASSERT_GT(1 + p.D * (p.W - 1), 3) << "the caps below must bind";
+  ASSERT_GT(1 + p.E * (p.W - 1), 2);
+  const Result r = run_ced("spans --config tiny --tokens 3 --prefix 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(span_row(r.out, kLast), std::vector<long long>{3}) << r.out;
+  EXPECT_EQ(span_row(r.out, kDecode), std::vector<long long>{3}) << r.out;
+  EXPECT_EQ(span_row(r.out, kEncHidden), std::vector<long long>{2}) << r.out;
+  EXPECT_EQ(span_row(r.out, kEncNext), std::vector<long long>{2}) << r.out;
+}
+
+TEST(SpansCommand, EmpiricalSearchFindsTheOracleSpansOnTiny) {
+  const Plan p = make_plan(load_config("tiny"));
+  const Result r = run_ced("spans --config tiny --empirical");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::vector<long long> last = span_row(r.out, kLast);
+  ASSERT_EQ(last.size(), 2u) << r.out;
+  EXPECT_EQ(last[0], 1 + p.D * (p.W - 1));
+  EXPECT_EQ(last[1], last[0]);
+  for (const char* label : {kDecode, kEncHidden, kEncNext}) {
+    const std::vector<long long> v = span_row(r.out, label);
+    ASSERT_EQ(v.size(), 2u) << label << "\n" << r.out;
+    EXPECT_EQ(v[0], v[1]) << label;
+  }
+  EXPECT_FALSE(line_starting(r.out, "decoder: last logits bitwise equal, plain arithmetic").empty()) << r.out;
+}
+
+TEST(SpansCommand, EmpiricalPrefixAtOrPastNIsAUsageError) {
+  expect_usage_error("spans --config tiny --empirical --tokens 10 --prefix 10", "--prefix");
+}
+
+TEST(BenchCommand, PrintsEachPhaseAndTheOracleRatio) {
+  const Config c = load_config("tiny");
+  const Plan p = make_plan(c);
+  const int64_t N = 24;
+  const Result r = run_ced(fmt::format("bench --config tiny --tokens {} --decode 2 --repeat 2", N));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  for (const char* phase : {"prefill-full", "prefill-ced", "decode"}) {
+    const std::string line = line_starting(r.out, fmt::format("{:<14} {}", "reference", phase));
+    ASSERT_FALSE(line.empty()) << phase << "\n" << r.out;
+    double secs = -1, tps = -1, gflop = -1, rate = -1;
+    ASSERT_EQ(std::sscanf(line.c_str() + 28, "%lf %lf %lf %lf", &secs, &tps, &gflop, &rate), 4) << line;
+    // A tiny run takes well under a minute; the 1e300 start value of the best time means no run was timed.
+    EXPECT_GE(secs, 0) << line;
+    EXPECT_LT(secs, 60) << line;
+  }
+  const RatioFlops m = exact_ratio_flops(c, p, N);
+  EXPECT_NE(r.out.find(fmt::format("FLOP model ratio {:.4f}, ideal 1/2 + B/(2N) = {:.4f}", m.ratio(),
+                                   ideal_ratio(p, N))),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(BenchCommand, NoDecodeRowWithoutDecodeSteps) {
+  const Result r = run_ced("bench --config tiny --tokens 8 --decode 0");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_FALSE(line_starting(r.out, fmt::format("{:<14} {}", "reference", "prefill-ced")).empty()) << r.out;
+  EXPECT_TRUE(line_starting(r.out, fmt::format("{:<14} {}", "reference", "decode")).empty()) << r.out;
+}
+
+TEST(BenchCommand, BadLengthsAndRepeatsAreUsageErrors) {
+  expect_usage_error("bench --config tiny --tokens 0", "--tokens");
+  expect_usage_error("bench --config tiny --tokens 8 --decode -1", "--decode");
+  expect_usage_error("bench --config tiny --tokens 8 --repeat 0", "--repeat");
+}
+
+TEST(ReplayErrorCommand, WritesTheSweepsCsvAndSvgForTheGivenOptions) {
+  const Config c = load_config("tiny");
+  const fs::path prefix = scratch() / "drift";
+  // N = 1 is the smallest valid length; two decode steps, one resume prefix.
+  const Result r = run_ced("replay-error --config tiny --tokens 1 5 --decode 2 --prefix 2 --out " + prefix.string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  tools::SweepOptions o;
+  o.lengths = {1, 5};
+  o.decode = 2;
+  o.prefixes = {2};
+  const auto rows = tools::replay_sweep(c, o);
+  EXPECT_EQ(slurp(prefix.string() + ".csv"), tools::drift_csv(rows));
+  EXPECT_EQ(slurp(prefix.string() + ".svg"), tools::drift_svg(rows, "CED bounded replay drift, config tiny"));
+  EXPECT_TRUE(fs::exists(prefix.string() + ".h5"));
+  EXPECT_NE(r.out.find(tools::drift_table(rows)), std::string::npos) << r.out;
+}
+
+TEST(ReplayErrorCommand, LengthsBelowOneAndNoDecodeStepsAreUsageErrors) {
+  const std::string out = " --out " + (scratch() / "bad-drift").string();
+  expect_usage_error("replay-error --config tiny --tokens 0" + out, "--tokens");
+  expect_usage_error("replay-error --config tiny --tokens 4 --decode 0" + out, "--decode");
+  EXPECT_FALSE(fs::exists(scratch() / "bad-drift.csv"));
+}
+
+TEST(CommandLine, UnknownCommandIsNamedWithTheListOfCommands) {
+  const Result r = run_ced("frobnicate --config tiny");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_EQ(r.err, "ced: error: unknown command 'frobnicate' (commands: verify, run, diff, gate, oracle, spans, "
+                   "replay-error, golden, bench)\n");
+}
+
+TEST(CommandLine, BadOptionOfAKnownCommandIsNotAnUnknownCommand) {
+  for (const char* args : {"oracle --config tiny --frobnicate", "--frobnicate"}) {
+    const Result r = run_ced(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.err.find("unknown command"), std::string::npos) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("(see ced --help)"), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+TEST(BenchCommand, DecodeStepsCountTowardTheMemoryCheck) {
+  // 8 prompt tokens of tiny fit anywhere; 8 + 1e11 positions need terabytes: refused before any work.
+  expect_usage_error("bench --config tiny --tokens 8 --decode 100000000000", "needs about");
+}
+
+TEST(RunCommand, ThroughputCountsPromptAndDecodeTokens) {
+  const fs::path out = scratch() / "throughput.h5";
+  const Result r = run_ced("run --config small --tokens 200 --decode 200 --logits last --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  double secs = 0, tps = 0;
+  bool found = false;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);)
+    if (std::sscanf(l.c_str(), "%lf s, %lf tokens/s", &secs, &tps) == 2) found = true;
+  ASSERT_TRUE(found) << r.out;
+  // secs is printed to 1 ms; a 400-position run of small takes far longer than 20 ms, so the
+  // rounding stays under 5 %, and tokens/s * secs must give N + decode = 400, not N = 200.
+  ASSERT_GT(secs, 0.02) << r.out;
+  EXPECT_NEAR(tps * secs, 400, 400 * 0.05) << r.out;
+}

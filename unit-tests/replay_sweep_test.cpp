@@ -1,0 +1,208 @@
+// The replay-error sweep (`ced replay-error`, SPEC §4–§6): each row is recomputed here from runs of
+// the reference backend made directly, with the metrics the plain way (long double), so a slip in
+// which positions, layers, steps or prefixes the sweep compares, or in its bookkeeping, fails; and
+// the CSV, the table and the SVG carry every row. Written for the mutation pass (docs/mutation.md).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "model/config.hpp"
+#include "model/plan.hpp"
+#include "model/weights.hpp"
+#include "tools/common.hpp"
+#include "tools/replay_sweep.hpp"
+
+using namespace ced;
+using namespace ced::tools;
+
+namespace {
+
+struct Plain {
+  double rel_l2 = 0, max_abs = 0;
+  bool exact = false;
+};
+
+// rel L2 = ||t - r|| / ||r|| and max |t - r|, in long double (SPEC §8), no shared helpers.
+Plain plain(const double* t, const double* r, int64_t n) {
+  long double d2 = 0, r2 = 0, m = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const long double d = (long double)t[i] - (long double)r[i];
+    d2 += d * d;
+    r2 += (long double)r[i] * r[i];
+    m = std::max(m, std::fabs(d));
+  }
+  Plain p;
+  p.rel_l2 = r2 > 0 ? double(std::sqrt(d2 / r2)) : (d2 == 0 ? 0.0 : HUGE_VAL);
+  p.max_abs = double(m);
+  p.exact = std::memcmp(t, r, sizeof(double) * size_t(n)) == 0;
+  return p;
+}
+
+void expect_row(const DriftRow& row, const double* t, const double* r, int64_t n, const std::string& what) {
+  const Plain p = plain(t, r, n);
+  // 1e-12 relative: the sweep sums in double, this in long double; both over at most 97 terms.
+  EXPECT_NEAR(row.rel_l2, p.rel_l2, 1e-12 * std::max(1.0, p.rel_l2)) << what;
+  EXPECT_NEAR(row.max_abs, p.max_abs, 1e-12 * std::max(1.0, p.max_abs)) << what;
+  EXPECT_EQ(row.exact, p.exact) << what;
+}
+
+struct Sweep {
+  Config c = load_config("tiny");
+  Plan p = make_plan(c);
+  SweepOptions o;
+  std::vector<DriftRow> rows;
+  Sweep() {
+    o.lengths = {20, 3, 13};  // unsorted on purpose; N < W, N = R, N > R (tiny: W = 4, R = 13)
+    o.prefixes = {2, 4, 1000};  // 1000 > N: skipped
+    o.decode = 2;
+    rows = replay_sweep(c, o);
+  }
+};
+
+const Sweep& sweep() {
+  static const Sweep s;
+  return s;
+}
+
+}  // namespace
+
+TEST(ReplaySweep, RowsComeInOrderPerLengthThenPerPrefix) {
+  const Sweep& s = sweep();
+  std::vector<std::string> got;
+  for (const DriftRow& r : s.rows)
+    got.push_back(r.kind + " " + std::to_string(r.n_prompt) + " " + std::to_string(r.replay) + " " +
+                  std::to_string(r.prefix) + " " + std::to_string(r.layer) + " " + std::to_string(r.step));
+  std::vector<std::string> want;
+  for (int64_t N : {3, 13, 20}) {
+    const int64_t B = std::min<int64_t>(N, s.p.W);
+    want.push_back("prefill " + std::to_string(N) + " " + std::to_string(B) + " -1 -1 -1");
+    for (int k = 0; k < 2; ++k)
+      want.push_back("decode " + std::to_string(N) + " " + std::to_string(B) + " -1 -1 " + std::to_string(k));
+    for (int64_t l = s.p.E; l < s.p.L; ++l)
+      want.push_back("layer " + std::to_string(N) + " " + std::to_string(B) + " -1 " + std::to_string(l) + " -1");
+  }
+  // Resume at Nr = min(max N, 8W) = 20 from P = 2 and P = 4; P = 1000 > Nr is skipped.
+  for (int64_t P : {2, 4}) {
+    want.push_back("resume 20 4 " + std::to_string(P) + " -1 -1");
+    for (int k = 0; k < 2; ++k) want.push_back("resume-decode 20 4 " + std::to_string(P) + " -1 " + std::to_string(k));
+  }
+  EXPECT_EQ(got, want);
+}
+
+TEST(ReplaySweep, EveryRowMatchesRunsMadeDirectly) {
+  const Sweep& s = sweep();
+  auto be = make_backend("reference", s.c, 0);
+  const auto tokens = make_tokens(0, s.c.vocab_size, 20 + 2);
+  const int64_t V = s.c.vocab_size;
+  size_t i = 0;
+  for (int64_t N : {3, 13, 20}) {
+    RunRequest r;
+    r.n_prompt = N;
+    r.decode_steps = 2;
+    r.tokens.assign(tokens.begin(), tokens.begin() + N + 2);
+    r.logits = LogitsScope::Last;
+    r.capture_layers = true;
+    const RunResult exact = be->run(r);
+    r.mode = Mode::Ced;
+    r.replay = ReplayPolicy::parse("bounded");
+    const RunResult bounded = be->run(r);
+    ASSERT_LT(i + 3, s.rows.size());
+    for (int64_t k = 0; k < 3; ++k, ++i)
+      expect_row(s.rows[i], bounded.logits.row(k).data(), exact.logits.row(k).data(), V,
+                 "N = " + std::to_string(N) + " logits row " + std::to_string(k));
+    for (int64_t l = s.p.E; l < s.p.L; ++l, ++i) {
+      const auto& bl = bounded.layers[size_t(l)];
+      // The last prompt position, N - 1 (the capture goes on with the decode steps).
+      const auto at = std::find(bl.positions.begin(), bl.positions.end(), N - 1);
+      ASSERT_NE(at, bl.positions.end());
+      const int64_t last_b = at - bl.positions.begin();
+      ASSERT_EQ(exact.layers[size_t(l)].positions[size_t(N - 1)], N - 1);
+      ASSERT_LT(i, s.rows.size());
+      expect_row(s.rows[i], bl.out.row(last_b).data(), exact.layers[size_t(l)].out.row(N - 1).data(), s.c.d_model,
+                 "N = " + std::to_string(N) + " layer " + std::to_string(l));
+    }
+  }
+  RunRequest base;
+  base.mode = Mode::Ced;
+  base.replay = ReplayPolicy::parse("bounded");
+  base.n_prompt = 20;
+  base.decode_steps = 2;
+  base.tokens.assign(tokens.begin(), tokens.begin() + 22);
+  base.logits = LogitsScope::Last;
+  const RunResult scratch = be->run(base);
+  for (int64_t P : {2, 4}) {
+    RunRequest r = base;
+    r.mode = Mode::Resume;
+    r.prefix_len = P;
+    const RunResult res = be->run(r);
+    for (int64_t k = 0; k < 3; ++k, ++i) {
+      ASSERT_LT(i, s.rows.size());
+      expect_row(s.rows[i], res.logits.row(k).data(), scratch.logits.row(k).data(), V,
+                 "resume P = " + std::to_string(P) + " logits row " + std::to_string(k));
+    }
+  }
+  EXPECT_EQ(i, s.rows.size());
+}
+
+TEST(ReplaySweep, ShortPromptsReplayEverythingSoTheirDriftIsZero) {
+  // N = 3 < W: bounded replay covers the whole prompt, so it is exact recovery, bit for bit.
+  for (const DriftRow& r : sweep().rows)
+    if (r.n_prompt == 3) {
+      EXPECT_TRUE(r.exact) << r.kind << " layer " << r.layer << " step " << r.step;
+      EXPECT_EQ(r.rel_l2, 0);
+      if (r.kind != "layer") {
+        EXPECT_EQ(r.top1, 1);
+      }
+    }
+}
+
+TEST(ReplaySweep, CsvHasAHeaderAndOneLinePerRow) {
+  const Sweep& s = sweep();
+  const std::string csv = drift_csv(s.rows);
+  std::istringstream in(csv);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_EQ(line, "kind,n_prompt,replay,prefix,layer,step,rel_l2,max_abs,kl,top1,bitwise_exact");
+  size_t n = 0;
+  for (; std::getline(in, line); ++n) {
+    ASSERT_LT(n, s.rows.size());
+    EXPECT_EQ(line.substr(0, line.find(',')), s.rows[n].kind);
+    EXPECT_EQ(line.back(), s.rows[n].exact ? '1' : '0') << line;
+  }
+  EXPECT_EQ(n, s.rows.size());
+}
+
+TEST(ReplaySweep, TableListsEveryLengthEveryLayerAndEveryResume) {
+  const Sweep& s = sweep();
+  const std::string t = drift_table(s.rows);
+  for (int64_t N : {3, 13, 20}) EXPECT_NE(t.find(fmt::format("{:>8} {:>6}", N, std::min<int64_t>(N, 4))), std::string::npos) << t;
+  EXPECT_NE(t.find("per decoder layer at N = 20"), std::string::npos) << t;
+  for (int64_t l = s.p.E; l < s.p.L; ++l) EXPECT_NE(t.find(fmt::format("  layer {:>3}: ", l)), std::string::npos) << t;
+  EXPECT_NE(t.find("resume drift"), std::string::npos) << t;
+  EXPECT_NE(t.find("N 20 P      2: rel L2"), std::string::npos) << t;
+  EXPECT_NE(t.find("N 20 P      4: rel L2"), std::string::npos) << t;
+}
+
+TEST(ReplaySweep, SvgDrawsBothPanelsWithAPointPerValue) {
+  const Sweep& s = sweep();
+  const std::string svg = drift_svg(s.rows, "tiny");
+  auto count = [&](const std::string& w) {
+    size_t n = 0;
+    for (size_t at = svg.find(w); at != std::string::npos; at = svg.find(w, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  // prefill and decode series over 3 lengths, and one point per decoder layer at N = 20.
+  EXPECT_EQ(count("<polyline"), 3u) << svg;
+  EXPECT_EQ(count("<circle"), size_t(3 + 3 + (s.p.L - s.p.E))) << svg;
+  EXPECT_NE(svg.find("hidden state rel L2 at N = 20"), std::string::npos);
+  // The log-x panel labels each N (3, 13 and 20 lie far enough apart on 380 px); the layer panel
+  // (linear x) has no such labels.
+  for (int N : {3, 13, 20}) EXPECT_NE(svg.find(fmt::format("font-size=\"9\">{}</text>", N)), std::string::npos) << N;
+  EXPECT_EQ(count("font-size=\"9\""), 3u) << svg;
+}
