@@ -1,5 +1,5 @@
-// Fuzzes everything the harness reads from a user: config TOML (SPEC §1),
-// HDF5 run and cache files (SPEC §9) and tolerance policies (SPEC §8).
+// Fuzzes everything the harness reads from a user: config TOML (docs/spec.md §1),
+// HDF5 run and cache files (docs/spec.md §9) and tolerance policies (docs/spec.md §8).
 //
 // The first byte chooses the reader, the rest is its input:
 //   0  config TOML   ced::parse_config_toml; an accepted config must

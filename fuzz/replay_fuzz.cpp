@@ -1,7 +1,7 @@
-// Fuzzes the CED properties (SPEC §4–§7) over configs, prompt lengths, replay
+// Fuzzes the CED properties (docs/spec.md §4–§7) over configs, prompt lengths, replay
 // lengths, resume prefixes and decode steps, on the f64 reference.
 //
-// The input bytes decode (fuzz/byte_reader.hpp) to: a small config (SPEC §1;
+// The input bytes decode (fuzz/byte_reader.hpp) to: a small config (docs/spec.md §1;
 // L in [2,6], E in [1,L-1], W in [1,6], ratios, kv / index sources, the
 // candidate pool, index_topk), built like property-tests/generators.hpp in
 // three of four inputs and free-form in the fourth, where ced::validate
@@ -9,7 +9,7 @@
 // [1, 3R+2], mostly one of the awkward lengths of STYLE.md rule 7; a replay
 // length K; a resume prefix P <= N; 0..3 decode steps.
 //
-// Every check is bitwise or exact (the reference is batch-invariant, SPEC §3):
+// Every check is bitwise or exact (the reference is batch-invariant, docs/spec.md §3):
 // a violated property prints what broke and the config as TOML, then traps.
 // CED_FUZZ_VERBOSE=1 prints each decoded case on one line; CED_FUZZ_FAULT=
 // <fault> injects one of model/run.hpp's faults (a negative control).
@@ -199,7 +199,7 @@ std::string check_case(const Model& m, const Case& x) {
   }
 
   // ced with replay K and decode: finite, FLOPs as the oracle's, and the
-  // decode bound of SPEC §4 at this one K (check_decode_bound searches every
+  // decode bound of docs/spec.md §4 at this one K (check_decode_bound searches every
   // K: too slow per input). The probe's decode logits are finite iff
   // K >= min(N, D(W-1)); then the real decode equals decode after full prefill.
   RunRequest ced_req = m.request(Mode::Ced, N, std::to_string(K), steps);
@@ -223,7 +223,7 @@ std::string check_case(const Model& m, const Case& x) {
       return why;
   }
 
-  // Resume from a prefix P: exact when P <= W (SPEC §6); otherwise finite
+  // Resume from a prefix P: exact when P <= W (docs/spec.md §6); otherwise finite
   // with the oracle's FLOPs.
   if (P <= m.p.W) {
     if (!(why = fail("check_resume_short_prefix", prop::check_resume_short_prefix(m, N, P))).empty()) return why;
@@ -256,7 +256,7 @@ std::string describe_case(const Config& c, const Plan& p, const Case& x) {
                      x.weight_seed);
 }
 
-// CED_FUZZ_FAULT=<fault name> (model/run.hpp) injects a SPEC violation into
+// CED_FUZZ_FAULT=<fault name> (model/run.hpp) injects a spec violation into
 // every run: a negative control showing the target finds it.
 Fault injected_fault() {
   static const Fault f = [] {

@@ -1,4 +1,4 @@
-// SPEC §9: run files and cache files; see hdf5_file.hpp.
+// docs/spec.md §9: run files and cache files; see hdf5_file.hpp.
 #include "io/hdf5_file.hpp"
 
 #include <fmt/format.h>
@@ -94,7 +94,7 @@ std::string read_root(hid_t file) {
   return h5::has_attr(file, "/", "generator") ? h5::read_string_attr(file, "/", "generator") : "";
 }
 
-// ---- config (SPEC §1) -----------------------------------------------------
+// ---- config (docs/spec.md §1) -----------------------------------------------------
 
 using IntKey = ConfigIntKey;
 using RealKey = ConfigRealKey;
@@ -200,7 +200,7 @@ void read_inputs(hid_t file, RunFile& f) {
   check_tokens(f.config, f.tokens, f.token_seed, f.tokens_explicit);
 }
 
-// ---- weights (SPEC §2) ----------------------------------------------------
+// ---- weights (docs/spec.md §2) ----------------------------------------------------
 
 void write_weights(hid_t file, const Config& c, uint64_t weight_seed, const std::string& dtype) {
   if (dtype != "f32" && dtype != "f64") fail("/weights", fmt::format("dtype '{}' is not f32 or f64", dtype));
@@ -304,7 +304,7 @@ WeightTensor read_weight(const fs::path& path, const std::string& name) {
 namespace {
 
 // The prompt prefix of a cache file, in the layout of a run file's
-// /inputs/tokens (SPEC §9); its length must be the cache's prefix_len.
+// /inputs/tokens (docs/spec.md §9); its length must be the cache's prefix_len.
 RunFile cache_inputs(const CacheFile& f) {
   RunFile r;
   r.config = f.config;

@@ -1,8 +1,8 @@
 #pragma once
-// SPEC §9: the harness's HDF5 files. A run file holds the config, the token
+// docs/spec.md §9: the harness's HDF5 files. A run file holds the config, the token
 // stream with its seeds, optionally the §2 weights, and any number of named
 // runs (each a RunResult, optionally with per-layer captures and its
-// persisted cache). A cache file holds one persisted cache (SPEC §6).
+// persisted cache). A cache file holds one persisted cache (docs/spec.md §6).
 //
 // Writes are atomic: a temporary file in the target's directory, then a
 // rename, so a failed write leaves no file (and an old file untouched).
@@ -72,7 +72,7 @@ WeightTensor read_weight(const std::filesystem::path& path, const std::string& n
 // weight seed and the prompt prefix it was computed from (so `--cache-in` can
 // refuse a cache that belongs to another model or prompt). The prefix is
 // stored as /inputs/tokens int32 [P] with attrs weight_seed, token_seed,
-// tokens_explicit, as in a run file (SPEC §9); a cache file without it
+// tokens_explicit, as in a run file (docs/spec.md §9); a cache file without it
 // (written before the prefix was recorded) is refused with a message saying
 // how to write it again.
 struct CacheFile {

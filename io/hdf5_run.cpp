@@ -1,4 +1,4 @@
-// SPEC §9 runs and SPEC §6 persisted caches in HDF5; see hdf5_run.hpp.
+// docs/spec.md §9 runs and docs/spec.md §6 persisted caches in HDF5; see hdf5_run.hpp.
 #include "io/hdf5_run.hpp"
 
 #include <fmt/format.h>
@@ -234,7 +234,7 @@ RunResult read_run(hid_t file, const std::string& path, const Config& c, int64_t
   return r;
 }
 
-// ---- persisted caches (SPEC §6) -------------------------------------------
+// ---- persisted caches (docs/spec.md §6) -------------------------------------------
 
 void check_cache(const std::string& path, const PersistedCache& cache, const Config& c) {
   check_dtype(path, cache.dtype);

@@ -1,5 +1,5 @@
 #pragma once
-// SPEC §9 /runs/<run> and §6 persisted-cache groups. Internal to io/: the
+// docs/spec.md §9 /runs/<run> and §6 persisted-cache groups. Internal to io/: the
 // public entry points are in hdf5_file.hpp. Every check throws InputError
 // naming the object; the same checks run before a write and after a read.
 #include <hdf5.h>

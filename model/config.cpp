@@ -1,4 +1,4 @@
-// SPEC §1.
+// docs/spec.md §1.
 #include "model/config.hpp"
 
 #include <fmt/format.h>
@@ -26,7 +26,7 @@ std::vector<int64_t> repeat(std::initializer_list<std::pair<int64_t, int64_t>> r
   return v;
 }
 
-// DSv4.1 Flash's layer schedule (SPEC §1), shared by v41-shape, bench, v41-flash.
+// DSv4.1 Flash's layer schedule (docs/spec.md §1), shared by v41-shape, bench, v41-flash.
 void set_v41_schedule(Config& c) {
   c.n_layers = 40;
   c.n_encoder_layers = 20;

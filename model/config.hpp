@@ -1,5 +1,5 @@
 #pragma once
-// SPEC §1: the model configuration, the built-ins and validation.
+// docs/spec.md §1: the model configuration, the built-ins and validation.
 #include <cstdint>
 #include <filesystem>
 #include <span>
@@ -64,7 +64,7 @@ std::span<const ConfigRealKey> config_real_keys();
 std::span<const ConfigListKey> config_list_keys();
 // tie_decoder_kv is the one boolean key.
 
-// The names of every scalar key of §1, in SPEC order (HDF5 /config attrs,
+// The names of every scalar key of §1, in spec order (HDF5 /config attrs,
 // TOML parsing and error messages share this list).
 const std::vector<std::string>& scalar_keys();
 const std::vector<std::string>& list_keys();
@@ -87,7 +87,7 @@ std::string to_toml(const Config& c);
 // "tie_decoder_kv=true". The result is validated; InputError naming the key.
 Config with_override(Config c, std::string_view key_eq_value);
 
-// SPEC §1 validation: throws InputError("config: <key>: <why>").
+// docs/spec.md §1 validation: throws InputError("config: <key>: <why>").
 void validate(const Config& c);
 // Token ids must be < V.
 void validate_tokens(const Config& c, const std::vector<int32_t>& tokens);

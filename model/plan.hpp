@@ -1,5 +1,5 @@
 #pragma once
-// The layer plan (SPEC §1 "Derived roles"): computed once from the config and
+// The layer plan (docs/spec.md §1 "Derived roles"): computed once from the config and
 // read by both models, the oracle and the tools. No code asks "is l == 20".
 #include <cstdint>
 #include <string>
@@ -37,9 +37,9 @@ struct Plan {
   int64_t candidate_source = -1;
 
   const LayerPlan& operator[](int64_t l) const { return layers[static_cast<size_t>(l)]; }
-  // SPEC §0/§4: the exact replay span R = 1 + D(W-1).
+  // docs/spec.md §0/§4: the exact replay span R = 1 + D(W-1).
   int64_t exact_replay() const { return 1 + D * (W - 1); }
-  // SPEC §4: decoder local entries a following decode step reads are exact iff B >= D(W-1).
+  // docs/spec.md §4: decoder local entries a following decode step reads are exact iff B >= D(W-1).
   int64_t exact_decode_replay() const { return D * (W - 1); }
 };
 

@@ -1,5 +1,5 @@
 #pragma once
-// What a backend is asked to run (SPEC §4–§6) and what it returns (SPEC §9).
+// What a backend is asked to run (docs/spec.md §4–§6) and what it returns (docs/spec.md §9).
 #include <Eigen/Core>
 #include <array>
 #include <cstdint>
@@ -19,7 +19,7 @@ enum class Mode { Full, Ced, Resume };
 const char* mode_name(Mode m);
 Mode parse_mode(const std::string& s);  // InputError
 
-// SPEC §4 replay policies: bounded = W, exact = 1 + D(W-1), full = N, or K >= 1.
+// docs/spec.md §4 replay policies: bounded = W, exact = 1 + D(W-1), full = N, or K >= 1.
 struct ReplayPolicy {
   enum class Kind { None, Bounded, Exact, Full, Count } kind = Kind::None;
   int64_t count = 0;  // K for Kind::Count
@@ -29,7 +29,7 @@ struct ReplayPolicy {
   int64_t n_replay(const Plan& p, int64_t n_prompt) const;
 };
 
-// Test-only fault injections (SPEC-violating on purpose) for the negative
+// Test-only fault injections (spec-violating on purpose) for the negative
 // controls of the property suite and the gate. Fault::None is the model.
 enum class Fault {
   None,
@@ -53,7 +53,7 @@ Fault parse_fault(const std::string& s);  // InputError
 
 enum class LogitsScope { All, Last };
 
-// SPEC §6: what survives a prefix of P tokens: per kv source, the global
+// docs/spec.md §6: what survives a prefix of P tokens: per kv source, the global
 // entries, index keys and the compressor's pending rows; no local entries.
 struct SourceCache {
   int64_t layer = 0;
@@ -76,7 +76,7 @@ struct RunRequest {
   int64_t n_prompt = 0;     // N
   int64_t prefix_len = -1;  // P (resume)
   // Encoder replay length of a resume: s_r = max(0, P - resume_replay).
-  // -1 = SPEC §6's W. Other values serve `ced spans` only.
+  // -1 = docs/spec.md §6's W. Other values serve `ced spans` only.
   int64_t resume_replay = -1;
   int64_t decode_steps = 0;
   std::vector<int32_t> tokens;  // at least n_prompt + decode_steps
@@ -99,7 +99,7 @@ struct LayerCapture {
   Eigen::Matrix<int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> topk;  // [P_l, index_topk], -1 padded
 };
 
-// SPEC §7 FLOP categories (2 per multiply-add).
+// docs/spec.md §7 FLOP categories (2 per multiply-add).
 enum FlopKind : int {
   kFlopQuery, kFlopLocalEntry, kFlopCompressor, kFlopIndexKeys, kFlopIndexerQW, kFlopIndexScoring,
   kFlopAttention, kFlopOutput, kFlopRouter, kFlopExperts, kFlopLmHead, kFlopKinds
@@ -142,12 +142,12 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual std::string dtype() const = 0;
-  // Throws InputError for requests that break the SPEC's rules, NotSupported
+  // Throws InputError for requests that break the spec's rules, NotSupported
   // for what this backend cannot do.
   virtual RunResult run(const RunRequest& req) = 0;
 };
 
-// A result with the request's attributes filled in (SPEC §9 /runs/<run>
+// A result with the request's attributes filled in (docs/spec.md §9 /runs/<run>
 // attrs) and an empty FLOP count per layer; replay_start is the backend's.
 RunResult result_for(const Backend& b, const RunRequest& req, const Plan& p);
 

@@ -1,4 +1,4 @@
-// SPEC §4–§6 run schedule and persisted-cache check (schedule.hpp).
+// docs/spec.md §4–§6 run schedule and persisted-cache check (schedule.hpp).
 #include "model/schedule.hpp"
 
 #include <fmt/format.h>
@@ -33,7 +33,7 @@ void check_cache(const Config& c, const Plan& plan, const PersistedCache& pc, in
   for (size_t i = 0; i < pc.sources.size(); ++i) {
     const SourceCache& sc = pc.sources[i];
     const int64_t l = plan.kv_sources[i], r = plan[l].ratio;
-    const int64_t ne = P / r, np = r >= 2 ? P - ne * r : 0;  // complete entries, pending rows (SPEC §3.3)
+    const int64_t ne = P / r, np = r >= 2 ? P - ne * r : 0;  // complete entries, pending rows (docs/spec.md §3.3)
     if (sc.layer != l || sc.ratio != r || sc.n_tokens != P)
       bad(fmt::format("source {} is layer {} ratio {} over {} tokens; expected layer {} ratio {} over {}", i, sc.layer,
                       sc.ratio, sc.n_tokens, l, r, P));

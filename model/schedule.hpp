@@ -1,5 +1,5 @@
 #pragma once
-// SPEC §4–§6: which positions a run evaluates, and the check of a persisted
+// docs/spec.md §4–§6: which positions a run evaluates, and the check of a persisted
 // cache against the config and prefix it is used with. Written once here and
 // used by every backend (reference/forward.cpp, optimized/forward.cpp), so the
 // backends differ only in how they compute a layer, never in where they start.
@@ -13,14 +13,14 @@ namespace ced {
 
 struct RunSchedule {
   // First position the encoder layers evaluate: 0, or for a resume
-  // s_r = max(0, P − span) with span = resume_replay (−1: W) (SPEC §6).
+  // s_r = max(0, P − span) with span = resume_replay (−1: W) (docs/spec.md §6).
   int64_t encoder_start = 0;
   // First position the decoder layers evaluate (the replay start):
   // max(N − B, encoder_start) with B = N in full mode, min(N, n_replay)
-  // otherwise (SPEC §4, §6). Full mode: 0.
+  // otherwise (docs/spec.md §4, §6). Full mode: 0.
   int64_t replay_start = 0;
   // First position whose global entries the run writes: P for a resume (the
-  // cache holds those below), 0 otherwise (SPEC §6).
+  // cache holds those below), 0 otherwise (docs/spec.md §6).
   int64_t resume_start = 0;
   // First position with prompt logits: N − 1 for LogitsScope::Last, the
   // replay start otherwise.

@@ -1,4 +1,4 @@
-// SPEC §2.
+// docs/spec.md §2.
 #include "model/weights.hpp"
 
 #include <fmt/format.h>

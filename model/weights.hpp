@@ -1,5 +1,5 @@
 #pragma once
-// SPEC §2: the weights and tokens generator. Every tensor is a function of
+// docs/spec.md §2: the weights and tokens generator. Every tensor is a function of
 // (weight_seed, name), so any implementation can rebuild it without a file.
 #include <Eigen/Core>
 #include <cstdint>
@@ -35,7 +35,7 @@ inline double weight_element(uint64_t key, uint64_t i, double center, double sca
   return center + scale * (2.0 * u - 1.0);
 }
 
-// SPEC §2: tokens[i] = splitmix64((fnv1a64("tokens") ^ splitmix64(token_seed)) + i) mod V.
+// docs/spec.md §2: tokens[i] = splitmix64((fnv1a64("tokens") ^ splitmix64(token_seed)) + i) mod V.
 std::vector<int32_t> make_tokens(uint64_t token_seed, int64_t vocab_size, int64_t count);
 
 enum class TensorKind {
@@ -46,7 +46,7 @@ enum class TensorKind {
 };
 
 struct TensorSpec {
-  std::string name;      // SPEC §2 name
+  std::string name;      // docs/spec.md §2 name
   std::string gen_name;  // the name its values are generated under (differs only when tied)
   std::vector<int64_t> shape;  // [rows] or [rows, cols]
   double center = 0, scale = 0;

@@ -1,5 +1,5 @@
 #pragma once
-// The optimized CUDA model (SPEC §3–§6 on the device), behind ced::Backend:
+// The optimized CUDA model (docs/spec.md §3–§6 on the device), behind ced::Backend:
 // the twin of reference/backend.hpp. A plain C++ header (no CUDA types): the
 // tools include it with the host compiler.
 // It is an independent implementation: nothing in optimized/ includes reference/.
@@ -20,7 +20,7 @@ namespace ced {
 // routing, residual stream, caches) stays f32.
 enum class CudaPrecision { F32, BF16 };
 
-// "f32" | "bf16": the dtype a backend of this precision reports (SPEC §9).
+// "f32" | "bf16": the dtype a backend of this precision reports (docs/spec.md §9).
 inline const char* cuda_precision_name(CudaPrecision p) { return p == CudaPrecision::BF16 ? "bf16" : "f32"; }
 // "f32" | "bf16"; InputError otherwise.
 inline CudaPrecision parse_cuda_precision(const std::string& s) {
@@ -33,7 +33,7 @@ inline CudaPrecision parse_cuda_precision(const std::string& s) {
 // (no driver, no device, a too-old driver); never aborts, never throws.
 bool cuda_device_available();
 
-// The CUDA backend (name "cuda"). Generates the SPEC §2 weights on the host
+// The CUDA backend (name "cuda"). Generates the docs/spec.md §2 weights on the host
 // and uploads them once. Throws NotSupported when there is no CUDA device or
 // the weights do not fit in the device's free memory (the message gives the
 // estimate), InputError for an invalid config.

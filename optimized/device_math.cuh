@@ -22,19 +22,19 @@
 
 namespace ced::cuda {
 
-// SPEC §3: θ = pos · rope_theta^(−2i/rope_dim) for pair i of the rotated dims.
+// docs/spec.md §3: θ = pos · rope_theta^(−2i/rope_dim) for pair i of the rotated dims.
 CED_HD inline double rope_angle(int64_t pos, int64_t i, int64_t rope_dim, double rope_theta) {
   return static_cast<double>(pos) * pow(rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(rope_dim));
 }
 
-// SPEC §3: (a, b) → (a cos θ − b sin θ, a sin θ + b cos θ).
+// docs/spec.md §3: (a, b) → (a cos θ − b sin θ, a sin θ + b cos θ).
 CED_HD inline void rope_rotate_pair(float& a, float& b, float cos_t, float sin_t) {
   const float a0 = a, b0 = b;
   a = a0 * cos_t - b0 * sin_t;
   b = a0 * sin_t + b0 * cos_t;
 }
 
-// SPEC §3: inverse RoPE = rotation by −θ: (a, b) → (a cos θ + b sin θ, −a sin θ + b cos θ).
+// docs/spec.md §3: inverse RoPE = rotation by −θ: (a, b) → (a cos θ + b sin θ, −a sin θ + b cos θ).
 CED_HD inline void rope_unrotate_pair(float& a, float& b, float cos_t, float sin_t) {
   const float a0 = a, b0 = b;
   a = a0 * cos_t + b0 * sin_t;
@@ -49,33 +49,33 @@ CED_HD inline int64_t rope_offset(int64_t dim, int64_t rope_dim) { return dim - 
 // small values: max(x, 0) + log1p(e^−|x|).
 CED_HD inline float softplus(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }
 
-// SPEC §3.7: s_e = sqrt(softplus(router logit)).
+// docs/spec.md §3.7: s_e = sqrt(softplus(router logit)).
 CED_HD inline float router_score(float logit) { return sqrtf(softplus(logit)); }
 
 // The value a score ranks by: itself, except that a NaN ranks below every
 // number (as −∞), so that the orders below stay total whatever the inputs.
 CED_HD inline float rank_key(float s) { return s != s ? -INFINITY : s; }
 
-// SPEC §3.7: expert a ranks before expert b: larger s + bias first, ties → lower e.
+// docs/spec.md §3.7: expert a ranks before expert b: larger s + bias first, ties → lower e.
 CED_HD inline bool route_before(float va, int64_t ea, float vb, int64_t eb) {
   const float ka = rank_key(va), kb = rank_key(vb);
   return ka > kb || (ka == kb && ea < eb);
 }
 
-// SPEC §3.4: entry (or block) a ranks before b in a top-k: higher score first,
+// docs/spec.md §3.4: entry (or block) a ranks before b in a top-k: higher score first,
 // equal scores → larger id first. Scores compare as real numbers, so −0 == +0.
 CED_HD inline bool topk_before(float sa, int64_t ia, float sb, int64_t ib) {
   const float ka = rank_key(sa), kb = rank_key(sb);
   return ka > kb || (ka == kb && ia > ib);
 }
 
-// SPEC §3.4: ReLU as used by the index score (a NaN dot product stays NaN-free: 0).
+// docs/spec.md §3.4: ReLU as used by the index score (a NaN dot product stays NaN-free: 0).
 CED_HD inline float relu(float x) { return x > 0.0f ? x : 0.0f; }
 
-// SPEC §3.7: silu(v) = v · sigmoid(v).
+// docs/spec.md §3.7: silu(v) = v · sigmoid(v).
 CED_HD inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
-// SPEC §3.3: global entry j of ratio r is visible to query p iff (j+1)·r − 1 ≤ p.
+// docs/spec.md §3.3: global entry j of ratio r is visible to query p iff (j+1)·r − 1 ≤ p.
 CED_HD inline bool entry_visible(int64_t j, int64_t r, int64_t p) { return (j + 1) * r - 1 <= p; }
 
 // Number of global entries visible to query p (ids 0 .. n−1): floor((p+1)/r).
@@ -84,13 +84,13 @@ CED_HD inline int64_t n_visible(int64_t p, int64_t r) { return (p + 1) / r; }
 // Entries completed by the first `n_tokens` tokens (the same count as n_visible(n_tokens − 1)).
 CED_HD inline int64_t n_complete_entries(int64_t n_tokens, int64_t r) { return n_tokens / r; }
 
-// SPEC §4/§5/§6: lo(p) = max(first evaluated position of the layer, p − W + 1).
+// docs/spec.md §4/§5/§6: lo(p) = max(first evaluated position of the layer, p − W + 1).
 CED_HD inline int64_t window_lo(int64_t first, int64_t p, int64_t W) {
   const int64_t w = p - W + 1;
   return first > w ? first : w;
 }
 
-// SPEC §3.4 candidate pool: blocks holding at least one visible entry.
+// docs/spec.md §3.4 candidate pool: blocks holding at least one visible entry.
 CED_HD inline int64_t pool_n_blocks(int64_t n_vis, int64_t block_size) {
   return (n_vis + block_size - 1) / block_size;
 }
@@ -142,14 +142,14 @@ CED_HD inline float dot(const float* a, const float* b, int64_t n) {
   return acc;
 }
 
-// SPEC §3.4: I[p, j] = Σ_h w_h · ReLU(iq_h · ik_j); iq [n_heads·dim], w [n_heads], key [dim].
+// docs/spec.md §3.4: I[p, j] = Σ_h w_h · ReLU(iq_h · ik_j); iq [n_heads·dim], w [n_heads], key [dim].
 CED_HD inline float index_score(const float* iq, const float* w, const float* key, int64_t n_heads, int64_t dim) {
   float s = 0.0f;
   for (int64_t h = 0; h < n_heads; ++h) s += w[h] * relu(dot(iq + h * dim, key, dim));
   return s;
 }
 
-// SPEC §3.3, r ≥ 2, one channel of one block: Σ_t softmax_t(z_t) · c_t over the
+// docs/spec.md §3.3, r ≥ 2, one channel of one block: Σ_t softmax_t(z_t) · c_t over the
 // block's r tokens; c and z point at token 0 of the block, rows `stride` apart.
 CED_HD inline float compress_channel(const float* c, const float* z, int64_t stride, int64_t r) {
   float m = z[0];
@@ -162,7 +162,7 @@ CED_HD inline float compress_channel(const float* c, const float* z, int64_t str
   return acc;
 }
 
-// SPEC §3.5: softmax over n logits plus the sink logit, which joins the
+// docs/spec.md §3.5: softmax over n logits plus the sink logit, which joins the
 // denominator and has no value. Replaces logits[e] by its weight.
 CED_HD inline void softmax_with_sink(float* logits, int64_t n, float sink) {
   float m = sink;
@@ -187,7 +187,7 @@ CED_HD inline void keep_best(float& best_s, int64_t& best_id, float s, int64_t i
   }
 }
 
-// SPEC §3.4 candidate pool of one query with n_vis visible entries
+// docs/spec.md §3.4 candidate pool of one query with n_vis visible entries
 // (scores [n_vis]): block scores (max of the block's visible entries) go to
 // block_scores [pool_n_blocks]; pool [topk_blocks] receives the pinned block
 // (newest visible entry) first, then the best other blocks in rank order
@@ -225,7 +225,7 @@ CED_HD inline void candidate_pool_query(const float* scores, int64_t n_vis, int6
   }
 }
 
-// SPEC §3.4: S(p) = the k highest-ranked eligible entries in rank order,
+// docs/spec.md §3.4: S(p) = the k highest-ranked eligible entries in rank order,
 // −1 padded to k. Eligible: the n_vis visible entries (pool == nullptr), or
 // the visible entries of the pool's blocks (pool [topk_blocks], −1 padded).
 CED_HD inline void select_topk_query(const float* scores, int64_t n_vis, const int32_t* pool, int64_t block_size,
@@ -257,7 +257,7 @@ CED_HD inline void select_topk_query(const float* scores, int64_t n_vis, const i
   for (; t < k; ++t) out[t] = -1;
 }
 
-// SPEC §3.7 routing of one position: s [R] = routing scores, bias [R].
+// docs/spec.md §3.7 routing of one position: s [R] = routing scores, bias [R].
 // Writes the n_active chosen experts in rank order (largest s + bias, ties →
 // lower e) to chosen [n_active] and their weights (s_e / Σ_chosen s) ·
 // routed_scaling_factor to weights [n_active]; Σ_chosen s runs in ascending

@@ -1,4 +1,4 @@
-// The SPEC §2 weights uploaded to the device (device_weights.hpp).
+// The docs/spec.md §2 weights uploaded to the device (device_weights.hpp).
 #include "optimized/device_weights.hpp"
 
 #include "optimized/device_runtime.hpp"

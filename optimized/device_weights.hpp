@@ -1,5 +1,5 @@
 #pragma once
-// The SPEC §2 weights in device memory (the device side of model/weights.hpp).
+// The docs/spec.md §2 weights in device memory (the device side of model/weights.hpp).
 #include <cstdint>
 #include <vector>
 
@@ -55,7 +55,7 @@ bool is_matrix(const TensorSpec& t);
 // Bytes the weights take on the device.
 double weight_bytes(const std::vector<TensorSpec>& specs, CudaPrecision prec);
 
-// SPEC §2 weights, generated on the host tensor by tensor (values rounded to
+// docs/spec.md §2 weights, generated on the host tensor by tensor (values rounded to
 // f32 as generate_weights<float> does) and uploaded once.
 DevWeights upload_weights(const Config& c, const Plan& plan, uint64_t seed, CudaPrecision prec);
 

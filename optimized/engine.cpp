@@ -1,4 +1,4 @@
-// The optimized model's layer engine (engine.hpp): the steps of SPEC §3 as
+// The optimized model's layer engine (engine.hpp): the steps of docs/spec.md §3 as
 // kernel launches and projections, in the order of reference/engine.cpp.
 #include "optimized/engine.hpp"
 

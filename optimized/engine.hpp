@@ -1,5 +1,5 @@
 #pragma once
-// The optimized model's layer engine (SPEC §3) and its caches (SPEC §5, §6):
+// The optimized model's layer engine (docs/spec.md §3) and its caches (docs/spec.md §5, §6):
 // the device twin of reference/engine.hpp, with the same steps under the same
 // names and argument order (layer, append_tokens, source_only_write,
 // normalised_input, select, attend, ffn, logits, export_cache, import_cache).
@@ -25,7 +25,7 @@
 namespace ced::cuda {
 inline namespace CED_FLAVOUR {
 
-// A kv source's compressor (SPEC §3.3): global entries, index keys and the
+// A kv source's compressor (docs/spec.md §3.3): global entries, index keys and the
 // per-token compressor rows.
 struct SourceState {
   int64_t layer = -1, ratio = 0, cap = 0;  // cap: entries the run can complete (Ntot / r)
@@ -43,21 +43,21 @@ struct HostCapture {
 class Engine {
  public:
   // tokens: every token of the run (prompt and decode); capture: keep each
-  // layer's outputs and selections (SPEC §9).
+  // layer's outputs and selections (docs/spec.md §9).
   Engine(const Config& c, const Plan& plan, const DevWeights& w, Projector& proj, const std::vector<int32_t>& tokens,
          bool capture);
 
-  // The first position layer l is evaluated at: its window never starts earlier (SPEC §4–§6).
+  // The first position layer l is evaluated at: its window never starts earlier (docs/spec.md §4–§6).
   void set_first(int64_t l, int64_t pos);
 
   // X_0 = embed[tokens] at positions [a, b).
   void embed(int64_t a, int64_t b);
 
-  // SPEC §3: layer l at positions [a, b). Global entries of a Full encoder
-  // layer are written only at positions >= write_from (SPEC §6: cached below P).
+  // docs/spec.md §3: layer l at positions [a, b). Global entries of a Full encoder
+  // layer are written only at positions >= write_from (docs/spec.md §6: cached below P).
   void layer(int64_t l, int64_t a, int64_t b, int64_t write_from);
 
-  // SPEC §4 step 2: every decoder kv source's entries and index keys from
+  // docs/spec.md §4 step 2: every decoder kv source's entries and index keys from
   // x̂_E rows of positions [a, b) (>= write_from).
   void source_only_write(int64_t a, const float* xhat_E, int64_t b, int64_t write_from);
 
@@ -68,9 +68,9 @@ class Engine {
   // logits = (RMSNorm(X_L) ⊙ final_norm) lm_head at positions [a, b) into out rows row0 ...
   void logits(int64_t a, int64_t b, MatD& out, int64_t row0);
 
-  // SPEC §6: the persisted cache of the first P tokens (all of them written).
+  // docs/spec.md §6: the persisted cache of the first P tokens (all of them written).
   PersistedCache export_cache(const std::string& dtype, int64_t P) const;
-  // SPEC §6: global entries, index keys and pending compressor rows of a
+  // docs/spec.md §6: global entries, index keys and pending compressor rows of a
   // persisted cache (already checked against the config: model/schedule.hpp).
   void import_cache(const PersistedCache& cache);
 
@@ -80,16 +80,16 @@ class Engine {
   static constexpr int64_t kScoreBudget = int64_t(1) << 25;  // floats of index scores per chunk (128 MiB)
   static constexpr int64_t kLogitRows = 256;                 // lm_head rows per product
 
-  // SPEC §3.3: the global entries and index keys of kv source l from x̂ rows
+  // docs/spec.md §3.3: the global entries and index keys of kv source l from x̂ rows
   // of positions [a, b) (xhat [b − a, d]), at positions >= write_from.
   void append_tokens(int64_t l, int64_t a, const float* xhat, int64_t b, int64_t write_from);
   // Entries j0 .. j0+nj−1 from their pre-norm latents (append_tokens).
   void finish_entries(SourceState& S, const DevLayer& lw, int64_t j0, int64_t nj);
-  // SPEC §3.4 at index source l, positions [a, b).
+  // docs/spec.md §3.4 at index source l, positions [a, b).
   void select(int64_t l, int64_t a, const float* xhat, const float* q_lat, int64_t b);
-  // SPEC §3.5 for layer l at positions [a, b): heads_out [b − a, H·hd].
+  // docs/spec.md §3.5 for layer l at positions [a, b): heads_out [b − a, H·hd].
   void attend(int64_t l, int64_t a, const float* q, float* heads_out, int64_t b);
-  // SPEC §3.7: X rows Xa [n, d] += the FFN of layer l.
+  // docs/spec.md §3.7: X rows Xa [n, d] += the FFN of layer l.
   void ffn(int64_t l, float* Xa, int64_t n);
   // y_ = (silu(f̂ w1) ⊙ (f̂ w3)) w2     [n, d]
   void swiglu(const DevExpert& ex, int64_t n);

@@ -1,4 +1,4 @@
-// SPEC §4–§6 on the device: the prefill modes, resume and decode as sequences
+// docs/spec.md §4–§6 on the device: the prefill modes, resume and decode as sequences
 // of layer evaluations of the engine (optimized/engine.hpp), in the order of
 // reference/forward.cpp; the schedule (encoder, replay and resume starts) and
 // the cache check are model/schedule.hpp's, shared with the reference.
@@ -87,7 +87,7 @@ class CudaBackend final : public Backend {
     if (cache) eng.import_cache(*cache);
     for (int64_t l = 0; l < L; ++l) eng.set_first(l, l < E ? s.encoder_start : s.replay_start);
 
-    // Prompt: encoder, source-only write, decoder (SPEC §4; §6 for resume).
+    // Prompt: encoder, source-only write, decoder (docs/spec.md §4; §6 for resume).
     prefill(eng, s.encoder_start, s.replay_start, N, s.resume_start);
 
     const int64_t n_prompt_rows = N - s.first_logit;
@@ -102,7 +102,7 @@ class CudaBackend final : public Backend {
     rt::synchronize();
     const auto t1 = std::chrono::steady_clock::now();
     res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-    // SPEC §5 decode: one position at a time through all layers, with caches.
+    // docs/spec.md §5 decode: one position at a time through all layers, with caches.
     for (int64_t p = N; p < ntot; ++p) {
       eng.embed(p, p + 1);
       for (int64_t l = 0; l < E; ++l) eng.layer(l, p, p + 1, s.resume_start);
@@ -125,13 +125,13 @@ class CudaBackend final : public Backend {
     for (int64_t l = plan_.E; l < plan_.L; ++l) eng.layer(l, dec_first, N, write_from);
   }
 
-  // SPEC §4 step 2 over x̂_E = RMSNorm(H_E) ⊙ layers.E.attn_norm at [a, b).
+  // docs/spec.md §4 step 2 over x̂_E = RMSNorm(H_E) ⊙ layers.E.attn_norm at [a, b).
   void source_only_write(Engine& eng, int64_t a, int64_t b, int64_t write_from) const {
     if (plan_.decoder_kv_sources.empty() || b <= a) return;
     eng.source_only_write(a, eng.normalised_input(plan_.E, a, b), b, write_from);
   }
 
-  // SPEC §6: the cache of the first P tokens, from the encoder over [0, P)
+  // docs/spec.md §6: the cache of the first P tokens, from the encoder over [0, P)
   // and the source-only write (no decoder, no local entries kept).
   PersistedCache prefix_cache(const std::vector<int32_t>& all_tokens, int64_t P) {
     const std::vector<int32_t> tokens(all_tokens.begin(), all_tokens.begin() + P);

@@ -1,5 +1,5 @@
-// The CUDA kernels of the optimized model (SPEC §3) and their checked
-// launchers. Simple by design: each kernel mirrors one SPEC step, reductions
+// The CUDA kernels of the optimized model (docs/spec.md §3) and their checked
+// launchers. Simple by design: each kernel mirrors one spec step, reductions
 // run in a fixed order (no atomics), the per-element maths lives in
 // device_math.cuh and each kernel's body in kernel_blocks.cuh, where the host
 // build (kernels_host.cpp) runs it too. A kernel here only declares its shared

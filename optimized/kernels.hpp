@@ -11,7 +11,7 @@
 // Every kernel computes each output row (position, entry or head) from that
 // row's inputs alone, in a fixed order, with a launch shape that does not
 // depend on how many rows there are: results are bitwise the same whichever
-// other rows are evaluated in the same call (batch invariance, SPEC §3).
+// other rows are evaluated in the same call (batch invariance, docs/spec.md §3).
 #include <cstdint>
 
 #include "optimized/flavour.hpp"
@@ -35,26 +35,26 @@ void rmsnorm_rows(const float* in, int64_t ld_in, const float* w, float* out, in
 void rope_rows(float* buf, int64_t ld, int64_t n, int64_t n_heads, int64_t dim, int64_t rope_dim, int64_t pos0,
                int64_t pos_stride, const float* cos_tab, const float* sin_tab, bool inverse);
 
-// SPEC §3.3 r ≥ 2: lat[b, c] = Σ_t softmax_t(z[(j0+b)·r + t, c]) · c[(j0+b)·r + t, c] for b < nb.
+// docs/spec.md §3.3 r ≥ 2: lat[b, c] = Σ_t softmax_t(z[(j0+b)·r + t, c]) · c[(j0+b)·r + t, c] for b < nb.
 // cbuf, zbuf [Ntot, hd] (abs); lat [nb, hd].
 void compress_blocks(const float* cbuf, const float* zbuf, int64_t j0, int64_t nb, int64_t r, int64_t hd, float* lat);
 
-// SPEC §3.4: scores[i, j] = I[p0+i, j] for i < nq and the visible j < n_visible(p0+i, r).
+// docs/spec.md §3.4: scores[i, j] = I[p0+i, j] for i < nq and the visible j < n_visible(p0+i, r).
 // iq [nq, HI·dI], iw [nq, HI] (rows of the chunk), keys [n_entries, dI], scores [nq, ld_s].
 void index_scores(const float* iq, const float* iw, int64_t nq, int64_t p0, const float* keys, int64_t r, int64_t HI,
                   int64_t dI, float* scores, int64_t ld_s);
 
-// SPEC §3.4 candidate pool of queries p0 .. p0+nq−1: pool[p, :] (abs rows, [Ntot, ctb]).
+// docs/spec.md §3.4 candidate pool of queries p0 .. p0+nq−1: pool[p, :] (abs rows, [Ntot, ctb]).
 // scores [nq, ld_s]; block_scores scratch [nq, ld_b] with ld_b >= pool_n_blocks.
 void candidate_pool(const float* scores, int64_t ld_s, int64_t nq, int64_t p0, int64_t r, int64_t block_size,
                     int64_t topk_blocks, float* block_scores, int64_t ld_b, int32_t* pool);
 
-// SPEC §3.4 selection of queries p0 .. p0+nq−1: topk[p, :] (abs rows, [Ntot, k]), −1 padded.
+// docs/spec.md §3.4 selection of queries p0 .. p0+nq−1: topk[p, :] (abs rows, [Ntot, k]), −1 padded.
 // pool (abs rows, [Ntot, topk_blocks]) or nullptr to select among all visible entries.
 void select_topk(const float* scores, int64_t ld_s, int64_t nq, int64_t p0, int64_t r, int64_t k, const int32_t* pool,
                  int64_t block_size, int64_t topk_blocks, int32_t* topk);
 
-// SPEC §3.5 attention of rows i < n (position pos0+i), all heads.
+// docs/spec.md §3.5 attention of rows i < n (position pos0+i), all heads.
 // q [n, H·hd] (roped); local [Ntot, hd] (abs, roped local entries of this layer);
 // entries [n_entries, hd] (roped global entries of kv_src) and topk [Ntot, k]
 // (abs, −1 padded), both nullptr for an SWA-only layer; sink [H];
@@ -63,7 +63,7 @@ void attention(const float* q, int64_t n, int64_t pos0, int64_t first, int64_t W
                const float* entries, const int32_t* topk, int64_t k, const float* sink, int64_t H, int64_t hd,
                int64_t rope_dim, const float* cos_tab, const float* sin_tab, float scale, float* out);
 
-// SPEC §3.7 routing of n rows: logits [n, R] (router output), bias [R];
+// docs/spec.md §3.7 routing of n rows: logits [n, R] (router output), bias [R];
 // scores scratch [n, R]; chosen [n, A] (rank order), weights [n, A].
 void route(const float* logits, const float* bias, int64_t n, int64_t R, int64_t A, float routed_scaling_factor,
            float* scores, int32_t* chosen, float* weights);

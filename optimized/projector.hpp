@@ -1,5 +1,5 @@
 #pragma once
-// Projections y = x W (every weight matrix of SPEC §3) through the BLAS of
+// Projections y = x W (every weight matrix of docs/spec.md §3) through the BLAS of
 // blas.hpp (cuBLAS on the device).
 //
 // Every product runs in tiles of exactly kTile rows, staged through fixed,

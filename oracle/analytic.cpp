@@ -1,4 +1,4 @@
-// SPEC §7: the analytic oracle table. See analytic.hpp.
+// docs/spec.md §7: the analytic oracle table. See analytic.hpp.
 #include "oracle/analytic.hpp"
 
 #include <fmt/format.h>
@@ -9,7 +9,7 @@
 
 namespace ced {
 
-// ---- Exactness cone (SPEC §4) ----------------------------------------------------
+// ---- Exactness cone (docs/spec.md §4) ----------------------------------------------------
 
 bool cone_exact(const Plan& plan, int64_t k, int64_t p, int64_t s) {
   if (k < 0 || k >= plan.D)
@@ -132,7 +132,7 @@ std::string format_oracle_table(const OracleTable& t) {
   auto line = [&s](const std::string& what, const std::string& value) {
     s += fmt::format("  {:<46} {}\n", what, value);
   };
-  s += fmt::format("CED analytic oracle (SPEC §7), config {}: L = {}, E = {}, D = {}, W = {}\n", t.config_name, t.L,
+  s += fmt::format("CED analytic oracle (docs/spec.md §7), config {}: L = {}, E = {}, D = {}, W = {}\n", t.config_name, t.L,
                    t.E, t.D, t.W);
   s += "decoder replay spans (positions)\n";
   line("exact replay R = 1 + D(W-1)", fmt::format("{:>12}", t.exact_replay));

@@ -1,5 +1,5 @@
 #pragma once
-// SPEC §7: the analytic oracle. Closed-form predictions of the CED replay
+// docs/spec.md §7: the analytic oracle. Closed-form predictions of the CED replay
 // spans, work, cache sizes and exactness cone, and the FLOP ratio of a ced
 // prefill against a full one from the FLOP model (oracle/analytic_flops.hpp).
 // `ced oracle` prints this table; the property tests use the predictions.
@@ -14,7 +14,7 @@
 
 namespace ced {
 
-// ---- Exactness cone (SPEC §4) -------------------------------------------------
+// ---- Exactness cone (docs/spec.md §4) -------------------------------------------------
 // Decoder layer E+k (k = 0..D-1) output at p equals the full mode's bitwise iff
 // s = 0 or p - (k+1)(W-1) >= s, s the replay start. InputError if k is out of range.
 bool cone_exact(const Plan& plan, int64_t k, int64_t p, int64_t s);
@@ -29,7 +29,7 @@ int64_t predicted_min_exact_replay(const Plan& plan, int64_t N);
 // smallest replay there is (W = 1 makes every replay exact).
 int64_t predicted_min_exact_decode_replay(const Plan& plan, int64_t N);
 
-// ---- Ratios (SPEC §0, §7) -----------------------------------------------------
+// ---- Ratios (docs/spec.md §0, §7) -----------------------------------------------------
 // Bounded replay B = min(N, W).
 int64_t bounded_replay(const Plan& plan, int64_t N);
 // (N·E + B·D) / (N·L); 1/2 + B/(2N) for E = D.
@@ -59,7 +59,7 @@ struct ConeRow {  // one decoder layer E+k
   int64_t min_replay = 0;  // B_k = 1 + (k+1)(W-1): exact at the last position iff B >= B_k (or s = 0)
 };
 
-struct EncoderReplaySpans {  // SPEC §6/§7, for a prefix P
+struct EncoderReplaySpans {  // docs/spec.md §6/§7, for a prefix P
   int64_t prefix_len = 0;          // P
   int64_t bounded_span = 0;        // min(P, W)
   int64_t bounded_work = 0;        // E · min(P, W) position-layers

@@ -1,4 +1,4 @@
-// SPEC §7: the FLOP model. See analytic_flops.hpp.
+// docs/spec.md §7: the FLOP model. See analytic_flops.hpp.
 #include "oracle/analytic_flops.hpp"
 
 #include <fmt/format.h>
@@ -71,14 +71,14 @@ EvalSchedule eval_schedule(const Plan& plan, const FlopQuery& q) {
   s.n_prompt = N;
   s.n_total = N + q.decode_steps;
   switch (q.mode) {
-    case Mode::Full:  // SPEC §4 full: every layer at 0..N-1
+    case Mode::Full:  // docs/spec.md §4 full: every layer at 0..N-1
       break;
-    case Mode::Ced: {  // SPEC §4 ced: B = min(N, n_replay), s = N - B
+    case Mode::Ced: {  // docs/spec.md §4 ced: B = min(N, n_replay), s = N - B
       const int64_t B = std::min(N, q.replay.n_replay(plan, N));
       s.replay_start = N - B;
       break;
     }
-    case Mode::Resume: {  // SPEC §6: s_r = max(0, P - W), s = max(N - B, s_r)
+    case Mode::Resume: {  // docs/spec.md §6: s_r = max(0, P - W), s = max(N - B, s_r)
       const int64_t span = q.resume_replay < 0 ? plan.W : q.resume_replay;
       s.encoder_start = std::max<int64_t>(0, q.prefix_len - span);
       const int64_t B = std::min(N, q.replay.n_replay(plan, N));
@@ -89,12 +89,12 @@ EvalSchedule eval_schedule(const Plan& plan, const FlopQuery& q) {
   }
   s.first.resize(size_t(plan.L));
   for (int64_t l = 0; l < plan.L; ++l) s.first[size_t(l)] = plan[l].decoder ? s.replay_start : s.encoder_start;
-  // Full mode: logits at 0..N-1; ced / resume: at s..N-1 (SPEC §4); or the last only.
+  // Full mode: logits at 0..N-1; ced / resume: at s..N-1 (docs/spec.md §4); or the last only.
   s.logits_first = q.logits == LogitsScope::Last ? N - 1 : s.replay_start;
   return s;
 }
 
-// ---- Per-position costs (SPEC §3, §7) -----------------------------------------
+// ---- Per-position costs (docs/spec.md §3, §7) -----------------------------------------
 
 int64_t flops_query(const Config& c) {  // q_lat = x̂ wq_a; q = q_lat wq_b
   return 2 * (c.d_model * c.q_lora_rank + c.q_lora_rank * c.n_heads * c.head_dim);

@@ -1,5 +1,5 @@
 #pragma once
-// SPEC §7: the FLOP model of a prefill (full / ced / resume) and its decode
+// docs/spec.md §7: the FLOP model of a prefill (full / ced / resume) and its decode
 // steps. It equals, exactly (int64, per layer, per FlopKind), what the
 // instrumented reference counts: 2 FLOPs per multiply-add; norms, RoPE,
 // softmax and sorting are not counted.
@@ -26,17 +26,17 @@ struct FlopQuery {
   ReplayPolicy replay;         // ced / resume; Kind::None in full mode
   int64_t n_prompt = 0;        // N
   int64_t prefix_len = -1;     // P (resume only)
-  int64_t resume_replay = -1;  // s_r = max(0, P - resume_replay); -1 = W (SPEC §6)
+  int64_t resume_replay = -1;  // s_r = max(0, P - resume_replay); -1 = W (docs/spec.md §6)
   int64_t decode_steps = 0;    // K: decode positions N .. N+K-1
   LogitsScope logits = LogitsScope::All;  // of the prefill; decode always produces its logits
 };
 
 // The FlopQuery of a run request (its faults, tokens and probes are ignored).
 FlopQuery flop_query(const RunRequest& r);
-// Throws InputError for queries that break SPEC §4–§6 (mirrors validate_request).
+// Throws InputError for queries that break docs/spec.md §4–§6 (mirrors validate_request).
 void validate_flop_query(const FlopQuery& q);
 
-// SPEC §4–§6: the positions each layer evaluates. Layer l evaluates the
+// docs/spec.md §4–§6: the positions each layer evaluates. Layer l evaluates the
 // contiguous positions first[l] .. n_total-1 (the prefill up to N-1, then the
 // decode positions).
 struct EvalSchedule {
@@ -50,7 +50,7 @@ struct EvalSchedule {
 };
 EvalSchedule eval_schedule(const Plan& plan, const FlopQuery& q);
 
-// ---- Per-position costs (2 per multiply-add), SPEC §3 -----------------------
+// ---- Per-position costs (2 per multiply-add), docs/spec.md §3 -----------------------
 int64_t flops_query(const Config& c);        // §3.1: 2(d·q_lora + q_lora·H·hd)
 int64_t flops_local_entry(const Config& c);  // §3.2: 2·d·hd
 int64_t flops_attention(const Config& c, int64_t n_entries);  // §3.5: 2·2·H·hd·n (scores and values)

@@ -1,4 +1,4 @@
-// SPEC §8: tensor, logits and selection comparisons (formatting: compare_format.cpp).
+// docs/spec.md §8: tensor, logits and selection comparisons (formatting: compare_format.cpp).
 #include "oracle/compare.hpp"
 
 #include <fmt/format.h>
@@ -92,7 +92,7 @@ Location locate(int64_t flat, std::span<const int64_t> shape, std::span<const do
   return loc;
 }
 
-// Top-k ranking of SPEC §3.4's rule: higher first, ties -> larger index first,
+// Top-k ranking of docs/spec.md §3.4's rule: higher first, ties -> larger index first,
 // NaN last.
 bool ranks_before(double a, int64_t ia, double b, int64_t ib) {
   const bool na = std::isnan(a), nb = std::isnan(b);

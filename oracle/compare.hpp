@@ -1,5 +1,5 @@
 #pragma once
-// SPEC §8: the comparison engine behind `ced diff` and `ced gate`.
+// docs/spec.md §8: the comparison engine behind `ced diff` and `ced gate`.
 //
 // Three comparisons, each a plain function returning a plain struct:
 //   compare_tensors     any tensor t against its reference r (activations, logits, ...)
@@ -24,13 +24,13 @@
 
 namespace ced {
 
-// The dtype a tensor was produced in (SPEC §9 run attribute `dtype`). ULP
+// The dtype a tensor was produced in (docs/spec.md §9 run attribute `dtype`). ULP
 // distances are counted in this dtype.
 enum class TensorDtype { F32, F64, BF16 };
 const char* dtype_name(TensorDtype d);               // "f32" | "f64" | "bf16"
 TensorDtype parse_tensor_dtype(std::string_view s);  // InputError
 
-// Every threshold a policy rule may set (SPEC §8); all optional. What each is
+// Every threshold a policy rule may set (docs/spec.md §8); all optional. What each is
 // compared with is documented in policy.hpp (judge).
 struct Thresholds {
   std::optional<double> atol;         // element-wise |t-r| - rtol*|r| <= atol
@@ -72,7 +72,7 @@ struct NonFiniteCount {
   int64_t first_inf = -1;
 };
 
-// SPEC §8 metrics of t against reference r. Pairs are classified first:
+// docs/spec.md §8 metrics of t against reference r. Pairs are classified first:
 //  - a NaN pair (t or r is NaN) is excluded from every metric but counted in
 //    t_nonfinite / r_nonfinite and nan_pairs, and is always a mismatch: a NaN
 //    never passes, even at the same place in both tensors;
@@ -136,14 +136,14 @@ TensorCompare compare_tensors(std::span<const double> t,  // [shape]
                               std::span<const double> r,  // [shape]
                               std::vector<int64_t> shape, const Thresholds& th, TensorDtype dtype);
 
-// SPEC §8 logits metrics of t against r, both [P, V] (rows = positions).
+// docs/spec.md §8 logits metrics of t against r, both [P, V] (rows = positions).
 // KL per row: KL(softmax r || softmax t) = sum_j p_r,j (log p_r,j - log p_t,j)
 // with log p = x - logsumexp(x), in double, clamped at 0. -Inf logits are
 // probability 0 (a -Inf in t where p_r > 0 gives +Inf); a row with a NaN or
 // +Inf in t or r, or with every logit -Inf, has KL +Inf (undefined counts as
 // failing, never as NaN).
 // Top-k ranking (top-1 and top-5): higher value first; equal values (-0 == +0)
-// rank the larger index first, the same tie rule as the selections of SPEC
+// rank the larger index first, the same tie rule as the selections of docs/spec.md
 // §3.4; NaN ranks below everything (larger index first among NaNs).
 struct LogitsCompare {
   int64_t rows = 0;   // P
@@ -183,7 +183,7 @@ struct DifferingEntry {
   bool near_tie = false;   // gap <= near_tie
 };
 
-// SPEC §8 top-k selection agreement. Rows are sets of the non-(-1) entries.
+// docs/spec.md §8 top-k selection agreement. Rows are sets of the non-(-1) entries.
 // Entries < -1 and duplicates in a row are invalid (counted, then ignored).
 // Jaccard = |A ∩ B| / |A ∪ B|, 1 for two empty sets.
 struct SelectionCompare {

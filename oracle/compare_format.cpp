@@ -1,4 +1,4 @@
-// SPEC §8: one-line summaries and JSON renderings of the comparisons.
+// docs/spec.md §8: one-line summaries and JSON renderings of the comparisons.
 #include <fmt/format.h>
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// SPEC §8: tolerance policies (per-tensor rules with reasons) and verdicts.
+// docs/spec.md §8: tolerance policies (per-tensor rules with reasons) and verdicts.
 #include "oracle/policy.hpp"
 
 #include <fmt/format.h>

@@ -1,5 +1,5 @@
 #pragma once
-// SPEC §8: tolerance policies. A policy is a list of per-tensor rules read
+// docs/spec.md §8: tolerance policies. A policy is a list of per-tensor rules read
 // from TOML; the first rule whose pattern matches a tensor's name applies, a
 // tensor no rule matches is an error. Every rule carries its reason.
 //

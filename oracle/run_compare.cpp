@@ -42,7 +42,7 @@ Aligned align_rows(const MatD& A, const std::vector<int64_t>& pa, const MatD& B,
 
 // Positions index rows; duplicated or unsorted ones make the alignment
 // ambiguous, so they are malformed input (InputError; the loaders refuse
-// such files first, SPEC §9 "ascending").
+// such files first, docs/spec.md §9 "ascending").
 void check_ascending(const std::vector<int64_t>& pos, const std::string& what) {
   for (size_t i = 1; i < pos.size(); ++i)
     if (pos[i] <= pos[i - 1])
@@ -120,7 +120,7 @@ RunDiff diff_runs(const std::string& run, const RunResult& t, const RunResult& r
                                      cap.layer, side, cap.positions.size(), cap.out.rows(), cap.topk.rows()));
     }
   }
-  // The attributes that define the request (SPEC §9) must agree: two runs of
+  // The attributes that define the request (docs/spec.md §9) must agree: two runs of
   // different requests are not comparable, even where their tensors are.
   // backend and dtype may differ (that is what a diff compares).
   auto attr = [&](const char* key, const std::string& a, const std::string& b) {

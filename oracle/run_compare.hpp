@@ -1,5 +1,5 @@
 #pragma once
-// SPEC §8 over whole runs: logits, per-layer outputs and selections of a run
+// docs/spec.md §8 over whole runs: logits, per-layer outputs and selections of a run
 // `t` against a reference run `r`, aligned by layer and position, judged by a
 // policy; the first divergent layer. Shared by `ced diff` and `ced gate`.
 #include <functional>

@@ -1,5 +1,5 @@
 #pragma once
-// The CED properties (SPEC §4–§7) as checks on one model and one input: each
+// The CED properties (docs/spec.md §4–§7) as checks on one model and one input: each
 // returns "" when the property holds, else what broke. The RapidCheck suite
 // feeds them generated configs and lengths; the fault kill table runs every
 // check against every fault; `ced verify` runs them on the default config.
@@ -27,7 +27,7 @@ std::string check_flops(const Model& m, int64_t N);
 // The counter of one run against the oracle's FLOP model, every layer and kind.
 std::string check_flops_of(const Model& m, const RunRequest& r);
 std::string check_decode_equals_prefill(const Model& m, int64_t N, int64_t K);
-// SPEC §3 invariants: a ced run (bounded replay, 2 decode steps, captured) on 1
+// docs/spec.md §3 invariants: a ced run (bounded replay, 2 decode steps, captured) on 1
 // and on 2 OpenMP threads gives the same bits; positions 0..N-1 of a full run
 // of N and of N + extra (on 2 threads) give the same bits. They guard the
 // parallel regions only on a model wide enough to open them (wide_config).
@@ -37,7 +37,7 @@ std::string check_batch_invariance(const Model& m, int64_t N, int64_t extra);
 // FFN's matmuls run in matmul_rows' OpenMP parallel region.
 Config wide_config(const Config& base);
 
-// Spans found on the model by search over replay length (SPEC §4, §6).
+// Spans found on the model by search over replay length (docs/spec.md §4, §6).
 struct Spans {
   int64_t exact_last = -1;        // min B: last logits exact (dependency probe)
   int64_t exact_decode = -1;      // min B: decode logits exact (dependency probe)

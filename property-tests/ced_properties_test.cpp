@@ -1,4 +1,4 @@
-// SPEC §4, §6, §7: the CED equivalences and bounds, on the reference model.
+// docs/spec.md §4, §6, §7: the CED equivalences and bounds, on the reference model.
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
@@ -70,7 +70,7 @@ TEST(CedProperties, ResumeThroughASavedCacheEqualsResumeInMemory) {
 }
 
 TEST(CedProperties, MeasuredFlopRatioApproachesTheIdealRatio) {
-  // SPEC §7: measured ced(bounded)/full FLOPs vs 1/2 + B/(2N) on v41-shape;
+  // docs/spec.md §7: measured ced(bounded)/full FLOPs vs 1/2 + B/(2N) on v41-shape;
   // the gap is the lm_head and the decoder kv source's compressor (counted at
   // every position), so it shrinks as N grows.
   const Model m(builtin_config("v41-shape"), false);

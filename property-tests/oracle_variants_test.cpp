@@ -1,4 +1,4 @@
-// SPEC §6, §7: oracle predictions no golden run exercises, each checked two
+// docs/spec.md §6, §7: oracle predictions no golden run exercises, each checked two
 // ways: against the instrumented counter of the reference (check_flops_of,
 // every layer and kind) and against counts worked out by hand. Resume with a
 // short prefix (P < W, P = W, P > W), a dense FFN (no routed experts) against
@@ -56,7 +56,7 @@ void expect_rows(const Config& c, const RunRequest& req, const std::vector<Row>&
   EXPECT_EQ(check_flops_of(m, req), "") << what;
 }
 
-// tiny (SPEC §1 built-in): V = 97, d = 32, L = 8, E = 4, H = 4, hd = 16,
+// tiny (docs/spec.md §1 built-in): V = 97, d = 32, L = 8, E = 4, H = 4, hd = 16,
 // q_lora = 16, W = 4, ratios {0,2,2,2,1,1,1,1}, kv sources {1,4}, index
 // sources {1,2,4,6}, ih = 2, ihd = 8, topk = 3, candidate source 4 (blocks of
 // 2, 3 blocks), o_groups = 2, o_lora = 8, 4 routed experts (2 active), 1

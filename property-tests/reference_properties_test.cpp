@@ -1,4 +1,4 @@
-// SPEC §3 invariants and §5 decode, on the reference model (issue 2).
+// docs/spec.md §3 invariants and §5 decode, on the reference model (issue 2).
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <rapidcheck/gtest.h>
@@ -11,7 +11,7 @@ using namespace ced;
 using namespace ced::prop;
 
 // Decoding tokens N..N+K-1 after a full prefill of N gives bitwise the logits
-// of a full prefill of N+K at those positions (SPEC §5).
+// of a full prefill of N+K at those positions (docs/spec.md §5).
 RC_GTEST_PROP(ReferenceProperties, DecodeAfterFullPrefillEqualsLongerPrefill, ()) {
   const Config c = *gen_config();
   const Model m(c, *rc::gen::arbitrary<bool>());

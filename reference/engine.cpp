@@ -1,4 +1,4 @@
-// SPEC §3: one layer of the reference model.
+// docs/spec.md §3: one layer of the reference model.
 #include "reference/engine.hpp"
 
 #include <fmt/format.h>
@@ -37,7 +37,7 @@ Mat<T> Engine<T>::normalised_input(int64_t l, const Mat<T>& X) const {
   return rmsnorm_rows(X, w_.layers[size_t(l)].attn_norm, eps_);
 }
 
-// SPEC §3.3 visibility, capped by what exists (a decode step has only the
+// docs/spec.md §3.3 visibility, capped by what exists (a decode step has only the
 // entries completed so far).
 template <class T>
 int64_t Engine<T>::visible(int64_t l, int64_t p, int64_t r, int64_t n_entries) const {
@@ -45,7 +45,7 @@ int64_t Engine<T>::visible(int64_t l, int64_t p, int64_t r, int64_t n_entries) c
   return std::min(n_entries, n_visible(p + ahead, r));
 }
 
-// SPEC §3.3: the compressor of kv source l consumes the rows of positions
+// docs/spec.md §3.3: the compressor of kv source l consumes the rows of positions
 // a.. that it has not consumed yet (a resume replay only reads, §6).
 template <class T>
 void Engine<T>::append_tokens(int64_t l, int64_t a, const Mat<T>& xhat) {
@@ -95,7 +95,7 @@ void Engine<T>::source_only_write(int64_t a, const Mat<T>& xhat_E) {
   for (int64_t l : p_.decoder_kv_sources) append_tokens(l, a, xhat_E);
 }
 
-// SPEC §3.4: selections of the positions a.. at layer l.
+// docs/spec.md §3.4: selections of the positions a.. at layer l.
 template <class T>
 void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q_lat) {
   const LayerPlan& lp = p_[l];
@@ -168,7 +168,7 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
   }
 }
 
-// SPEC §3.5: attention of the positions a.. over the local window and the
+// docs/spec.md §3.5: attention of the positions a.. over the local window and the
 // selected global entries, with the sink; heads_out [n, H*hd].
 template <class T>
 void Engine<T>::attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out) {
@@ -185,7 +185,7 @@ void Engine<T>::attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out)
   for (int64_t i = 0; i < n; ++i) {
     const int64_t p = a + i;
     const int64_t lo_full = std::max<int64_t>(0, p - span);
-    const int64_t lo = std::max(ls.local.first, lo_full);  // SPEC §4/§5: lo(p)
+    const int64_t lo = std::max(ls.local.first, lo_full);  // docs/spec.md §4/§5: lo(p)
     const std::vector<int64_t>* sel = src ? &ls.selection[size_t(p - ls.local.first)] : nullptr;
     const int64_t n_sel = sel ? int64_t(sel->size()) : 0;
     n_entries[size_t(i)] = (p - lo + 1) + n_sel;
@@ -220,7 +220,7 @@ void Engine<T>::attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out)
   for (int64_t i = 0; i < n; ++i) count(l, kFlopAttention, 2 * 2 * H * hd * n_entries[size_t(i)]);
 }
 
-// SPEC §3.7.
+// docs/spec.md §3.7.
 template <class T>
 void Engine<T>::ffn(int64_t l, Mat<T>& X) {
   const auto& lw = w_.layers[size_t(l)];

@@ -1,5 +1,5 @@
 #pragma once
-// The reference model's layer engine (SPEC §3) and its caches (SPEC §5, §6).
+// The reference model's layer engine (docs/spec.md §3) and its caches (docs/spec.md §5, §6).
 // A layer is evaluated over a contiguous run of positions given their input
 // rows; every mode of §4–§6 is a sequence of such calls (reference/forward.cpp).
 #include <cstdint>
@@ -33,7 +33,7 @@ struct LayerState {
   LayerCapture capture;                         // when capturing
 };
 
-// A kv source's compressor (SPEC §3.3): global entries, index keys and the
+// A kv source's compressor (docs/spec.md §3.3): global entries, index keys and the
 // rows of the incomplete block.
 template <class T>
 struct SourceState {
@@ -55,7 +55,7 @@ class Engine {
   // normalised input at the same positions; decoder kv sources read it.
   void layer(int64_t l, int64_t a, Mat<T>& X, const Mat<T>* xhat_E);
 
-  // SPEC §4 step 2: the compressor and index keys of every decoder kv source
+  // docs/spec.md §4 step 2: the compressor and index keys of every decoder kv source
   // over x̂_E rows of positions a.. (positions already consumed are skipped).
   void source_only_write(int64_t a, const Mat<T>& xhat_E);
 

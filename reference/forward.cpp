@@ -1,4 +1,4 @@
-// SPEC §4–§6: the prefill modes, resume and decode as sequences of layer
+// docs/spec.md §4–§6: the prefill modes, resume and decode as sequences of layer
 // evaluations of the engine.
 #include <fmt/format.h>
 
@@ -72,7 +72,7 @@ class ReferenceBackend final : public Backend {
 
     const auto t1 = std::chrono::steady_clock::now();
     res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-    // SPEC §5: decode, teacher-forced.
+    // docs/spec.md §5: decode, teacher-forced.
     for (int64_t t = 0; t < n_dec; ++t) {
       const int64_t p = N + t;
       Mat<T> x = embed(req.tokens, p, p + 1);
@@ -100,7 +100,7 @@ class ReferenceBackend final : public Backend {
       for (int64_t j = 0; j < src.cols(); ++j) dst(row + i, j) = double(src(i, j));
   }
 
-  // SPEC §6: the cache a previous session left for the first P tokens: the
+  // docs/spec.md §6: the cache a previous session left for the first P tokens: the
   // encoder and the source-only write over 0..P-1 (its work is not counted).
   PersistedCache prefix_cache(const RunRequest& req, int64_t P) const {
     Engine<T> eng(c_, p_, w_, req.fault, false, false, nullptr, req.fault_layer);

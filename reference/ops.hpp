@@ -1,8 +1,8 @@
 #pragma once
-// SPEC §3, one function per step. Accumulation: every reduction runs in the
+// docs/spec.md §3, one function per step. Accumulation: every reduction runs in the
 // scalar type T, sequentially in the index order stated, with no FMA
 // contraction (-ffp-contract=off), so a result depends only on its own inputs:
-// batch invariance and thread invariance follow (SPEC §3, invariants).
+// batch invariance and thread invariance follow (docs/spec.md §3, invariants).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -62,7 +62,7 @@ T dot(const T* a, const T* b, int64_t n) {
   return s;
 }
 
-// SPEC §3: RMSNorm(v) ⊙ w = (v_i * (1 / sqrt(mean(v²) + eps))) * w_i.
+// docs/spec.md §3: RMSNorm(v) ⊙ w = (v_i * (1 / sqrt(mean(v²) + eps))) * w_i.
 template <class T>
 void rmsnorm(const T* v, const T* w, int64_t n, T eps, T* out) {
   T ss = 0;
@@ -78,7 +78,7 @@ Mat<T> rmsnorm_rows(const Mat<T>& X, const Vec<T>& w, T eps) {
   return Y;
 }
 
-// SPEC §3: RoPE rotates the pairs (v[o+2i], v[o+2i+1]) of the last rope_dim
+// docs/spec.md §3: RoPE rotates the pairs (v[o+2i], v[o+2i+1]) of the last rope_dim
 // dims by θ = pos · theta^(-2i/rope_dim); sign = -1 is the inverse. The angle,
 // its cosine and sine are computed in double for every scalar type, then
 // rounded to T; the rotation itself runs in T.
@@ -102,7 +102,7 @@ T rank_key(T s) {
   return std::isnan(s) ? -std::numeric_limits<T>::infinity() : s;
 }
 
-// SPEC §3.4: higher score first; equal scores -> larger id first.
+// docs/spec.md §3.4: higher score first; equal scores -> larger id first.
 // `reversed_ties` is the tie-break-reversed fault.
 template <class T>
 bool ranks_before(T sa, int64_t a, T sb, int64_t b, bool reversed_ties = false) {
@@ -126,11 +126,11 @@ std::vector<int64_t> topk(const std::vector<int64_t>& ids, const std::vector<T>&
   return out;
 }
 
-// SPEC §3.3 visibility: entry j (ratio r) is visible to query p iff
+// docs/spec.md §3.3 visibility: entry j (ratio r) is visible to query p iff
 // (j+1)r - 1 <= p, so the visible entries are 0 .. floor((p+1)/r) - 1.
 inline int64_t n_visible(int64_t p, int64_t r) { return (p + 1) / r; }
 
-// SPEC §3.4 candidate pool: the block holding the newest visible entry first,
+// docs/spec.md §3.4 candidate pool: the block holding the newest visible entry first,
 // then the best other blocks by block score (max of its visible entries),
 // ties -> larger block id; at most `k_blocks` blocks.
 template <class T>
@@ -156,7 +156,7 @@ std::vector<int64_t> candidate_pool(const std::vector<T>& entry_scores, int64_t 
   return pool;
 }
 
-// SPEC §3.4 index score I = Σ_h w_h · ReLU(iq_h · ik), h ascending.
+// docs/spec.md §3.4 index score I = Σ_h w_h · ReLU(iq_h · ik), h ascending.
 template <class T>
 T index_score(const T* iq, const T* w, const T* ik, int64_t n_heads, int64_t head_dim) {
   T s = 0;
@@ -167,7 +167,7 @@ T index_score(const T* iq, const T* w, const T* ik, int64_t n_heads, int64_t hea
   return s;
 }
 
-// SPEC §3.5 softmax with a sink logit that joins the denominator and has no
+// docs/spec.md §3.5 softmax with a sink logit that joins the denominator and has no
 // value. logits are overwritten by the weights. Sums run in entry order.
 template <class T>
 void softmax_with_sink(std::vector<T>& logits, T sink, bool use_sink = true) {
@@ -181,7 +181,7 @@ void softmax_with_sink(std::vector<T>& logits, T sink, bool use_sink = true) {
   for (T& l : logits) l = l / denom;
 }
 
-// SPEC §3.3 r >= 2: per channel, softmax over the block's tokens of z, then
+// docs/spec.md §3.3 r >= 2: per channel, softmax over the block's tokens of z, then
 // Σ_t a_t c_t (t ascending).
 template <class T>
 void compress_block(const T* c, const T* z, int64_t r, int64_t dim, T* out) {
@@ -196,14 +196,14 @@ void compress_block(const T* c, const T* z, int64_t r, int64_t dim, T* out) {
   }
 }
 
-// SPEC §3.7 router score s_e = sqrt(softplus(x)), softplus computed stably.
+// docs/spec.md §3.7 router score s_e = sqrt(softplus(x)), softplus computed stably.
 template <class T>
 T router_score(T x) {
   const T sp = std::max(x, T(0)) + std::log1p(std::exp(-std::abs(x)));
   return std::sqrt(sp);
 }
 
-// SPEC §3.7: the n_active largest s_e + bias_e, ties -> lower e; returned in
+// docs/spec.md §3.7: the n_active largest s_e + bias_e, ties -> lower e; returned in
 // ascending expert order (the order their outputs are summed in).
 template <class T>
 std::vector<int64_t> route(const T* s, const T* bias, int64_t n_experts, int64_t n_active) {

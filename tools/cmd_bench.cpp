@@ -1,5 +1,5 @@
 // `ced bench`: prefill (full, ced bounded) and decode throughput per backend,
-// the achieved FLOP rate from the SPEC §7 FLOP model, and the measured
+// the achieved FLOP rate from the docs/spec.md §7 FLOP model, and the measured
 // ced/full time ratio beside the oracle's FLOP ratio.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -85,7 +85,7 @@ Runner add_bench(CLI::App& app) {
               ced.replay = ReplayPolicy::parse("bounded");
               const auto [tf, rf] = time_run(full);
               const auto [tc, rc2] = time_run(ced);
-              // SPEC §7 FLOP model (the reference counts the same; CUDA does not count).
+              // docs/spec.md §7 FLOP model (the reference counts the same; CUDA does not count).
               const RatioFlops model = exact_ratio_flops(c, p, N);
               auto row = [&](const char* phase, double secs, int64_t toks, double flops) {
                 std::printf("%-14s %-12s %10.3f %12.1f %12.2f %10.2f\n", name.c_str(), phase, secs, double(toks) / secs,

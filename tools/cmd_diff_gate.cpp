@@ -1,4 +1,4 @@
-// `ced diff`, `ced gate`, `ced golden` (SPEC §8–§10).
+// `ced diff`, `ced gate`, `ced golden` (docs/spec.md §8–§10).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,7 +16,7 @@
 namespace ced::tools {
 namespace {
 
-// Keys of the SPEC §1 config whose TOML lines differ (one config's lines
+// Keys of the docs/spec.md §1 config whose TOML lines differ (one config's lines
 // against the other's, in the first config's order, then keys only in the second).
 std::vector<std::string> differing_config_keys(const Config& a, const Config& b) {
   auto lines = [](const Config& c) {
@@ -50,7 +50,7 @@ Runner add_diff(CLI::App& app) {
     bool json = false, verbose = false;
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("diff", "compare two run files tensor by tensor (SPEC §8); A is judged against B");
+  auto* sub = app.add_subcommand("diff", "compare two run files tensor by tensor (docs/spec.md §8); A is judged against B");
   sub->add_option("A", o->a, "run file under test")->required();
   sub->add_option("B", o->b, "reference run file")->required();
   sub->add_option("--policy", o->policy, "tolerance policy TOML (default: any difference fails)")->check(non_empty());
@@ -79,7 +79,7 @@ Runner add_diff(CLI::App& app) {
               throw InputError(fmt::format("--run: no run '{}' in both files", o->run));
             // What the runs were computed from must agree: the config (each
             // differing key named), the weight and token seeds, and each
-            // compared run's tokens (SPEC §9 /inputs/tokens).
+            // compared run's tokens (docs/spec.md §9 /inputs/tokens).
             for (const std::string& key : differing_config_keys(a.config, b.config))
               problems.push_back(fmt::format("config key {} differs", key));
             if (a.weight_seed != b.weight_seed)

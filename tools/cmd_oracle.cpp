@@ -1,4 +1,4 @@
-// `ced oracle` (SPEC §7) and `ced spans` (SPEC §4, §6: the spans found on the model).
+// `ced oracle` (docs/spec.md §7) and `ced spans` (docs/spec.md §4, §6: the spans found on the model).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,7 +19,7 @@ Runner add_oracle(CLI::App& app) {
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("oracle", "the analytic oracle of SPEC §7: spans, work, ratios, cache, cone");
+  auto* sub = app.add_subcommand("oracle", "the analytic oracle of docs/spec.md §7: spans, work, ratios, cache, cone");
   sub->add_option("--config", o->config, "built-in name or TOML file")->required();
   sub->add_option("--tokens", o->tokens, "prompt lengths N (default 256 32768 1000000)")
       ->transform(integer_in(1, kMaxLength));
@@ -37,7 +37,7 @@ Runner add_oracle(CLI::App& app) {
             } catch (const std::overflow_error&) {
               // the §7 counts are exact int64 (oracle/analytic_flops.cpp): a length
               // whose count does not fit is out of range for this config
-              throw InputError(fmt::format("--tokens: N = {} is too long for config {}: its SPEC §7 FLOP count "
+              throw InputError(fmt::format("--tokens: N = {} is too long for config {}: its docs/spec.md §7 FLOP count "
                                            "overflows int64",
                                            *std::max_element(Ns.begin(), Ns.end()), c.name));
             }
@@ -61,7 +61,7 @@ Runner add_spans(CLI::App& app) {
       ->transform(integer_in(1, kMaxLength));
   sub->add_option("--prefix", o->prefix, "prefix P of the encoder-resume search (default 1 + E(W-1) + W)")
       ->transform(integer_in(0, kMaxLength));
-  sub->add_option("--weight-seed", o->weight_seed, "weight_seed of SPEC §2")->capture_default_str()->transform(unsigned_integer());
+  sub->add_option("--weight-seed", o->weight_seed, "weight_seed of docs/spec.md §2")->capture_default_str()->transform(unsigned_integer());
   return {sub, [o] {
             const Config c = load_config(o->config);
             const Plan p = make_plan(c);

@@ -1,4 +1,4 @@
-// `ced replay-error` (SPEC §10): the bounded-vs-exact drift sweep, written as
+// `ced replay-error` (docs/spec.md §10): the bounded-vs-exact drift sweep, written as
 // PREFIX.csv, PREFIX.h5 and PREFIX.svg.
 #include <fmt/format.h>
 #include <unistd.h>

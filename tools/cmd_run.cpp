@@ -1,4 +1,4 @@
-// `ced run` (SPEC §10): one run of one backend, written as HDF5 (SPEC §9).
+// `ced run` (docs/spec.md §10): one run of one backend, written as HDF5 (docs/spec.md §9).
 #include <fmt/format.h>
 
 #include <sstream>
@@ -27,7 +27,7 @@ std::string first_config_difference(const Config& x, const Config& y, const char
 }
 
 // --cache-in: the cache must belong to this run's config, weights and prompt
-// prefix (SPEC §6: a persisted cache is the state of one model after one
+// prefix (docs/spec.md §6: a persisted cache is the state of one model after one
 // prefix); anything else would resume another computation. InputError naming
 // the first mismatch.
 void check_cache_belongs(const std::string& file, const CacheFile& cf, const Config& c, uint64_t weight_seed,
@@ -67,7 +67,7 @@ Runner add_run(CLI::App& app) {
   sub->add_option("--replay", o->replay, "bounded | exact | full | K (ced, resume; default bounded)")
       ->check(non_empty());
   sub->add_option("--prefix", o->prefix, "resume: cached prefix length P")->transform(integer_in(0, kMaxLength));
-  sub->add_option("--resume-replay", o->resume_replay, "resume: encoder replay length (default W, SPEC §6)")
+  sub->add_option("--resume-replay", o->resume_replay, "resume: encoder replay length (default W, docs/spec.md §6)")
       ->transform(integer_in(1, kMaxLength));
   sub->add_option("--decode", o->decode, "teacher-forced decode steps after the prefill")
       ->capture_default_str()
@@ -81,7 +81,7 @@ Runner add_run(CLI::App& app) {
   sub->add_option("--run", o->run_name, "run name in the file (default: the mode and replay)")->check(non_empty());
   sub->add_option("--out", o->out, "output HDF5 file")->required();
   sub->add_option("--cache-in", o->cache_in, "resume: read the persisted cache from this file")->check(non_empty());
-  sub->add_option("--cache-out", o->cache_out, "write the persisted cache (SPEC §6) to this file")->check(non_empty());
+  sub->add_option("--cache-out", o->cache_out, "write the persisted cache (docs/spec.md §6) to this file")->check(non_empty());
   sub->add_option("--fault", o->fault, "test only: inject a fault (negative controls)")->group("");
   return {sub, [o] {
             const Config c = o->model.load();
@@ -145,7 +145,7 @@ Runner add_run(CLI::App& app) {
             std::printf("mode %s, N = %lld, replay %s (n_replay %lld, replay start s = %lld), decode %lld\n",
                         mode_name(r.mode), (long long)N, res.replay.str().c_str(), (long long)res.n_replay,
                         (long long)res.replay_start, (long long)r.decode_steps);
-            std::printf("%.3f s, %.1f tokens/s, %.3g FLOP (SPEC §7 model), %.2f GFLOP/s\n", secs,
+            std::printf("%.3f s, %.1f tokens/s, %.3g FLOP (docs/spec.md §7 model), %.2f GFLOP/s\n", secs,
                         double(N + r.decode_steps) / secs, double(res.flops.total()),
                         double(res.flops.total()) / secs / 1e9);
             const auto last = res.logits.row(res.logits.rows() - 1);

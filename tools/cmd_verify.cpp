@@ -67,7 +67,7 @@ Runner add_verify(CLI::App& app) {
             std::printf("ced verify (ced-harness %s): config %s\n", CED_VERSION, c.name.c_str());
             heading("layer plan");
             std::fputs(describe_plan(p).c_str(), stdout);
-            heading("oracle (SPEC §7)");
+            heading("oracle (docs/spec.md §7)");
             std::fputs(format_oracle_table(oracle_table(c, {256, 4096, 32768}, 4 * c.window)).c_str(), stdout);
             heading("CED properties (reference-f64, bitwise)");
             for (const char* name : {"tiny", "small"}) {

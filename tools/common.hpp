@@ -33,7 +33,7 @@ CLI::Validator non_empty();
 // --backend: one of backend_names() (checked when parsed, before any work).
 CLI::Validator backend_name();
 
-// --config, --weight-seed, --token-seed: the model and its input (SPEC §2).
+// --config, --weight-seed, --token-seed: the model and its input (docs/spec.md §2).
 struct ModelOptions {
   std::string config = "tiny";
   uint64_t weight_seed = 0;

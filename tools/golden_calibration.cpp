@@ -84,7 +84,7 @@ GoldenCalibration measure_golden_calibration(const fs::path& dir, bool verbose) 
 
 void write_golden_calibration(const fs::path& dir, const GoldenCalibration& cal) {
   std::string s =
-      "# The f32 reference's error against each golden f64 tensor (SPEC §8 self-calibrating rules):\n"
+      "# The f32 reference's error against each golden f64 tensor (docs/spec.md §8 self-calibrating rules):\n"
       "# rel_l2 = ||r32 - r64|| / ||r64||, max_abs = max |r32 - r64|. Written by `ced golden calibrate`\n"
       "# (and `ced golden regenerate`); every `ced gate` of a backend other than reference-f64 scales\n"
       "# its bounds from these figures, never from the run it judges. bytes and fnv1a64 name the\n"

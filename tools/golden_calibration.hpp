@@ -1,5 +1,5 @@
 #pragma once
-// The stored calibration of the golden set (SPEC §8): the error the f32
+// The stored calibration of the golden set (docs/spec.md §8): the error the f32
 // reference makes against each golden f64 tensor, measured once by
 // `ced golden calibrate` (and by `ced golden regenerate`) and kept in
 // `calibration.toml` beside the golden files. Every gate of a backend other

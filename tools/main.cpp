@@ -1,4 +1,4 @@
-// `ced`: the harness' command line (SPEC §10). Exit codes: 0 pass, 1 a check
+// `ced`: the harness' command line (docs/spec.md §10). Exit codes: 0 pass, 1 a check
 // failed, 2 bad usage or input (one line on stderr).
 #include <fmt/format.h>
 

@@ -1,5 +1,5 @@
 #pragma once
-// The replay-error sweep (SPEC §4–§6, §10 `ced replay-error`): how far bounded
+// The replay-error sweep (docs/spec.md §4–§6, §10 `ced replay-error`): how far bounded
 // replay drifts from exact recovery, per prompt length, per decoder layer,
 // per decode step, and for resumed prefixes.
 #include <functional>

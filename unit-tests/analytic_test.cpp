@@ -1,4 +1,4 @@
-// SPEC §7: the analytic oracle. The seed figures of v41-flash, FLOP counts of
+// docs/spec.md §7: the analytic oracle. The seed figures of v41-flash, FLOP counts of
 // the tiny config worked out by hand, the closed form against the
 // position-by-position reading of the same rules, and the ratio formulas.
 #include <gtest/gtest.h>

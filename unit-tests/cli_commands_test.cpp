@@ -1,4 +1,4 @@
-// The commands beyond run, diff and gate, end to end through the `ced` binary (SPEC §10): `ced oracle`
+// The commands beyond run, diff and gate, end to end through the `ced` binary (docs/spec.md §10): `ced oracle`
 // prints the library's table for the same arguments and keeps its documented defaults, `ced spans`
 // prints the plan's spans (capped by N and P) and finds them on the model, `ced bench` prints one
 // row per phase and the oracle's FLOP ratio, and each refuses bad arguments with exit 2 and one line.

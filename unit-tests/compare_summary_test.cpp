@@ -1,4 +1,4 @@
-// The one-line summary of a tensor comparison (SPEC §8): it names the elements whose reference is
+// The one-line summary of a tensor comparison (docs/spec.md §8): it names the elements whose reference is
 // zero but whose value is not (they have no relative error), and it prints no location for a
 // metric that has none. Written for the mutation pass (docs/mutation.md).
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// SPEC §8: the comparison engine and tolerance policies. Expected values are
+// docs/spec.md §8: the comparison engine and tolerance policies. Expected values are
 // computed by hand in the comments next to them.
 #include <gtest/gtest.h>
 

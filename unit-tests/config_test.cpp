@@ -1,4 +1,4 @@
-// SPEC §1: built-ins, TOML files, validation messages.
+// docs/spec.md §1: built-ins, TOML files, validation messages.
 #include <gtest/gtest.h>
 
 #include "model/config.hpp"

@@ -184,7 +184,7 @@ TEST_F(CudaBackendTest, CapturedSelectionsAreVisibleDistinctAndPadded) {
   }
 }
 
-// SPEC §4: with B >= R = 1 + D(W − 1) the last position's logits are exact.
+// docs/spec.md §4: with B >= R = 1 + D(W − 1) the last position's logits are exact.
 // The CUDA model is batch-invariant by design, so this holds bitwise here too.
 TEST_F(CudaBackendTest, ExactReplayMatchesFullModeBitwiseAtTheLastPosition) {
   auto full = request(ced::Mode::Full, 20);
@@ -195,7 +195,7 @@ TEST_F(CudaBackendTest, ExactReplayMatchesFullModeBitwiseAtTheLastPosition) {
   EXPECT_TRUE(bitwise_equal(a.logits, b.logits));
 }
 
-// SPEC §6: when P <= W the resume is exact (bitwise equal to ced from scratch).
+// docs/spec.md §6: when P <= W the resume is exact (bitwise equal to ced from scratch).
 TEST_F(CudaBackendTest, ResumeWithPrefixWithinTheWindowMatchesCedBitwise) {
   auto resume = request(ced::Mode::Resume, 12, "bounded", 2);
   resume.prefix_len = 3;

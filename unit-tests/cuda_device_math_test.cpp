@@ -1,6 +1,6 @@
 // Host tests of optimized/device_math.cuh: the per-element maths and the
 // serial selection routines the CUDA kernels run, compiled here by the host
-// compiler. Brute-force references use std::sort with the SPEC's order.
+// compiler. Brute-force references use std::sort with the spec's order.
 // Random cases print their seed; CED_TEST_SEED replays one.
 #include <gtest/gtest.h>
 
@@ -38,7 +38,7 @@ std::vector<float> tie_heavy_scores(std::mt19937_64& rng, int64_t n) {
   return s;
 }
 
-// SPEC §3.4 brute force: sort candidate ids by (score desc, id desc), keep k, pad −1.
+// docs/spec.md §3.4 brute force: sort candidate ids by (score desc, id desc), keep k, pad −1.
 std::vector<int32_t> brute_topk(const std::vector<float>& scores, const std::vector<int64_t>& eligible, int64_t k) {
   std::vector<int64_t> ids = eligible;
   std::sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) {
@@ -51,7 +51,7 @@ std::vector<int32_t> brute_topk(const std::vector<float>& scores, const std::vec
   return out;
 }
 
-// SPEC §3.4 candidate pool by brute force: the pinned block first, then the others by (max score desc, id desc).
+// docs/spec.md §3.4 candidate pool by brute force: the pinned block first, then the others by (max score desc, id desc).
 std::vector<int32_t> brute_pool(const std::vector<float>& scores, int64_t n_vis, int64_t bs, int64_t ctb) {
   std::vector<int32_t> out(static_cast<size_t>(ctb), -1);
   if (n_vis == 0) return out;

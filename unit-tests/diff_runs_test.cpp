@@ -1,4 +1,4 @@
-// `ced diff` over files that hold several runs (SPEC §8, §10): one failing run among passing ones
+// `ced diff` over files that hold several runs (docs/spec.md §8, §10): one failing run among passing ones
 // fails the diff whichever its place, a run on one side only is a problem named in the text and the
 // JSON, `--run` judges that run alone, and a `--run` in neither file is a usage error. Written for the
 // mutation pass (docs/mutation.md): the CLI tests held one run per file.

@@ -1,4 +1,4 @@
-// SPEC §9: HDF5 run and cache files: bitwise round trips, atomic writes, and
+// docs/spec.md §9: HDF5 run and cache files: bitwise round trips, atomic writes, and
 // one clear InputError for every kind of bad file. The RunResults here are
 // fabricated by hand; nothing runs the model.
 #include <gtest/gtest.h>
@@ -313,7 +313,7 @@ TEST_F(IoTest, StoredWeightsEqualTheGeneratedTensors) {
       const WeightTensor w = read_weight(p, t.name);
       ASSERT_EQ(w.shape, t.shape) << t.name;
       std::vector<double> want = generate_tensor(t, kWeightSeed);
-      if (dtype == "f32")  // an f32 model rounds each value (SPEC §2)
+      if (dtype == "f32")  // an f32 model rounds each value (docs/spec.md §2)
         for (double& v : want) v = static_cast<double>(static_cast<float>(v));
       ASSERT_EQ(w.values, want) << t.name;
     }

@@ -317,7 +317,7 @@ RC_GTEST_PROP(JudgePlant, NonFiniteOnEitherSideFailsEveryPolicyAtThePlant, ()) {
 }
 
 RC_GTEST_PROP(JudgePlant, NegativeZeroEqualsZeroUnderEveryThresholdKind, ()) {
-  // SPEC §8 compares numbers: -0 == +0 under every threshold (0 ulp apart).
+  // docs/spec.md §8 compares numbers: -0 == +0 under every threshold (0 ulp apart).
   const RunFile& base = base_set();
   Plant p = *gen_value_plant(base, *rc::gen::arbitrary<bool>());
   p.kind = Kind::NegZero;
@@ -582,7 +582,7 @@ TEST(JudgePlantCli, EveryPlantKindFailsCedDiffOnEitherSideNamingItsPlace) {
     const bool exact = p.kind == Kind::Scaled;  // a 1e-9 change passes a policy without atol/rtol
     const Result r = run_ced("diff " + a.string() + " " + b.string() + (exact ? "" : " --policy " + policy.string()));
     if (plant::is_malformed_kind(p.kind)) {
-      // SPEC §9: positions ascending; the loader refuses the file with one line
+      // docs/spec.md §9: positions ascending; the loader refuses the file with one line
       EXPECT_EQ(r.code, 2) << r.out << r.err;
       EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
       EXPECT_NE(r.err.find("ascending"), std::string::npos) << r.err;

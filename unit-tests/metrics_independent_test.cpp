@@ -1,4 +1,4 @@
-// SPEC §8 metrics recomputed the plain way and compared with oracle/compare:
+// docs/spec.md §8 metrics recomputed the plain way and compared with oracle/compare:
 // every metric here is written from its definition in long double (norms as
 // plain sums of squares, which long double's range holds for 1e±300 values),
 // with no helper shared with oracle/compare.cpp, on random tensors with ties,

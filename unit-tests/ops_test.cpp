@@ -1,4 +1,4 @@
-// SPEC §3, op by op, on hand-built cases.
+// docs/spec.md §3, op by op, on hand-built cases.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -49,10 +49,10 @@ const char* kind_name(Kind k);
 bool is_value_kind(Kind k);       // Scaled, NaN, PosInf, NegInf, NegZero
 bool is_malformed_kind(Kind k);   // PositionsDuplicated, PositionsPermuted
 
-// The run attributes of SPEC §9; judged() ones must agree between two runs.
+// The run attributes of docs/spec.md §9; judged() ones must agree between two runs.
 const std::vector<std::string>& attributes();
 bool attribute_judged(const std::string& attr);  // false for backend, dtype
-// Config keys of SPEC §1 that can change alone and leave a valid config.
+// Config keys of docs/spec.md §1 that can change alone and leave a valid config.
 std::vector<std::string> config_keys(const Config& c);
 
 struct Plant {

@@ -1,4 +1,4 @@
-// The replay-error sweep (`ced replay-error`, SPEC §4–§6): each row is recomputed here from runs of
+// The replay-error sweep (`ced replay-error`, docs/spec.md §4–§6): each row is recomputed here from runs of
 // the reference backend made directly, with the metrics the plain way (long double), so a slip in
 // which positions, layers, steps or prefixes the sweep compares, or in its bookkeeping, fails; and
 // the CSV, the table and the SVG carry every row. Written for the mutation pass (docs/mutation.md).
@@ -26,7 +26,7 @@ struct Plain {
   bool exact = false;
 };
 
-// rel L2 = ||t - r|| / ||r|| and max |t - r|, in long double (SPEC §8), no shared helpers.
+// rel L2 = ||t - r|| / ||r|| and max |t - r|, in long double (docs/spec.md §8), no shared helpers.
 Plain plain(const double* t, const double* r, int64_t n) {
   long double d2 = 0, r2 = 0, m = 0;
   for (int64_t i = 0; i < n; ++i) {

@@ -1,4 +1,4 @@
-// What a run diff reports (SPEC §8): the comparison type follows the runs' dtypes, a divergence in
+// What a run diff reports (docs/spec.md §8): the comparison type follows the runs' dtypes, a divergence in
 // layer 0 is reported as layer 0, the text row carries max_abs and rel_l2 in that order, the backend
 // list names every backend, and the JSON carries each selection's metrics. Written for the
 // mutation pass (docs/mutation.md).

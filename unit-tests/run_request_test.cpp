@@ -1,4 +1,4 @@
-// The run request's grammars and validation (SPEC §10): modes, replay policies and faults parse
+// The run request's grammars and validation (docs/spec.md §10): modes, replay policies and faults parse
 // exactly their names (an unknown one is an InputError that lists every valid name), and
 // validate_request refuses each inconsistent request with the rule it breaks. Written for the
 // mutation pass (docs/mutation.md).

@@ -1,5 +1,5 @@
-// SPEC §2. Expected values were computed independently with Python's
-// arbitrary-precision integers (the SPEC's formulas typed in by hand).
+// docs/spec.md §2. Expected values were computed independently with Python's
+// arbitrary-precision integers (the spec's formulas typed in by hand).
 #include <gtest/gtest.h>
 
 #include <cmath>

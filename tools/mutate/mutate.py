@@ -712,6 +712,7 @@ def cmd_run(args):
                     rc, out, bdt, hung = run_cmd(build_cmd, root, args.build_timeout)
                     if rc != 0 or hung:
                         err = next((ln for ln in out.splitlines() if "error" in ln), "build failed")
+                        err = err.replace(str(root) + os.sep, "")  # relative paths: the table is committed
                         row.update(status="stillborn", detail=err.strip()[:200], build_s=bdt, test_s=0.0)
                     else:
                         status, why, tdt = run_tests(args, build)
