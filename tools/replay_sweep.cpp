@@ -9,7 +9,7 @@
 #include <set>
 
 #include "model/weights.hpp"
-#include "oracle/compare.hpp"
+#include "compare/compare.hpp"
 #include "tools/common.hpp"
 
 namespace ced::tools {
