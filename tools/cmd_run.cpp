@@ -1,5 +1,6 @@
 // `ced run` (SPEC §10): one run of one backend, written as HDF5 (SPEC §9).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "io/hdf5_file.hpp"
 #include "model/error.hpp"
@@ -26,7 +27,7 @@ Runner add_run(CLI::App& app) {
   sub->add_option("--prefix", o->prefix, "resume: cached prefix length P");
   sub->add_option("--resume-replay", o->resume_replay, "resume: encoder replay length (default W, SPEC §6)");
   sub->add_option("--decode", o->decode, "teacher-forced decode steps after the prefill")->capture_default_str();
-  sub->add_option("--backend", o->backend, "reference | reference-f64 | cuda | cuda-bf16")->capture_default_str();
+  sub->add_option("--backend", o->backend, fmt::format("{}", fmt::join(backend_names(), " | ")))->capture_default_str();
   sub->add_option("--capture", o->capture, "none | layers")->capture_default_str();
   sub->add_option("--logits", o->logits, "all | last: prefill positions whose logits are kept")->capture_default_str();
   sub->add_flag("--weights", o->weights, "also store every weight tensor (/weights)");
