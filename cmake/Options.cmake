@@ -2,9 +2,18 @@ include(CheckLanguage)
 
 option(CED_BUILD_TESTS "Build the unit and property tests" ON)
 option(CED_BUILD_FUZZ "Build the libFuzzer targets (needs clang)" OFF)
-option(CED_BUILD_BENCH "Build the Google Benchmark programs" ON)
 
 # CUDA is on by default wherever nvcc is found; the CPU build never needs it.
+# Where neither CMAKE_CUDA_COMPILER nor CUDACXX names it, nvcc is looked for
+# on PATH, then in $CUDA_HOME and $CUDA_PATH, then in the toolkit's standard
+# prefix, so the `cuda` preset needs no path of one machine.
+if(NOT DEFINED CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX})
+  find_program(CED_NVCC nvcc PATHS "$ENV{CUDA_HOME}/bin" "$ENV{CUDA_PATH}/bin" /usr/local/cuda/bin
+               DOC "nvcc found for the optimized CUDA backend")
+  if(CED_NVCC)
+    set(CMAKE_CUDA_COMPILER "${CED_NVCC}" CACHE FILEPATH "CUDA compiler")
+  endif()
+endif()
 check_language(CUDA)
 if(CMAKE_CUDA_COMPILER)
   set(_ced_cuda_default ON)

@@ -1,4 +1,4 @@
-// Fuzzes the comparison engine (docs/spec.md §8, oracle/compare.hpp) with special
+// Fuzzes the comparison engine (docs/spec.md §8, compare/compare.hpp) with special
 // values: NaN, ±Inf, ±0, denormals, DBL_MAX, tiny and huge magnitudes, raw
 // 8-byte doubles, and values a few ULPs from the reference's.
 //
@@ -32,7 +32,7 @@
 
 #include "fuzz/byte_reader.hpp"
 #include "model/error.hpp"
-#include "oracle/compare.hpp"
+#include "compare/compare.hpp"
 
 namespace {
 

@@ -33,8 +33,8 @@
 #include "model/config.hpp"
 #include "model/error.hpp"
 #include "model/plan.hpp"
-#include "oracle/compare.hpp"
-#include "oracle/policy.hpp"
+#include "compare/compare.hpp"
+#include "compare/policy.hpp"
 
 namespace {
 

@@ -29,8 +29,8 @@
 #include "model/error.hpp"
 #include "oracle/analytic.hpp"
 #include "oracle/analytic_flops.hpp"
-#include "property-tests/ced_checks.hpp"
-#include "property-tests/harness.hpp"
+#include "checks/ced_checks.hpp"
+#include "checks/harness.hpp"
 
 namespace {
 

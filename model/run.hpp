@@ -142,8 +142,17 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   virtual std::string dtype() const = 0;
+  // "" when this backend can run `req`, else why not (one sentence). Asked
+  // before run(), the way ggml asks a backend's supports_op before placing an
+  // op on it, so a caller (`ced gate`, `ced verify`) lists the run as not
+  // supported instead of failing inside run(). The request's validity against
+  // the config is validate_request's question, not this one's.
+  virtual std::string supports(const RunRequest& req) const {
+    (void)req;
+    return "";
+  }
   // Throws InputError for requests that break the spec's rules, NotSupported
-  // for what this backend cannot do.
+  // for what this backend cannot do (whatever supports() refuses).
   virtual RunResult run(const RunRequest& req) = 0;
 };
 

@@ -60,14 +60,20 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   std::string dtype() const override { return cuda_precision_name(prec_); }
 
+  // The negative controls (fault injection) and the dependency probe are the
+  // reference's instruments; the CUDA model has neither.
+  std::string supports(const RunRequest& req) const override {
+    if (req.fault != Fault::None)
+      return fmt::format("CUDA backend: fault injection '{}' is not supported (the negative controls run on the "
+                         "reference)",
+                         fault_name(req.fault));
+    if (req.poison_truncated) return "CUDA backend: the poison_truncated dependency probe is not supported";
+    return "";
+  }
+
   RunResult run(const RunRequest& req) override {
     validate_request(cfg_, req);
-    if (req.fault != Fault::None)
-      throw NotSupported(fmt::format("CUDA backend: fault injection '{}' is not supported (the negative controls "
-                                     "run on the reference)",
-                                     fault_name(req.fault)));
-    if (req.poison_truncated)
-      throw NotSupported("CUDA backend: the poison_truncated dependency probe is not supported");
+    if (const std::string why = supports(req); !why.empty()) throw NotSupported(why);
     const int64_t N = req.n_prompt, steps = req.decode_steps, ntot = N + steps, L = plan_.L, E = plan_.E;
     const auto t0 = std::chrono::steady_clock::now();
 

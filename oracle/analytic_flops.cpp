@@ -64,6 +64,11 @@ void validate_flop_query(const FlopQuery& q) {
   }
 }
 
+// Deliberately not model/schedule.hpp's run_schedule: the oracle derives the
+// evaluated positions from the spec's rules on its own, as an independent
+// prediction, so a slip in the schedule the backends share shows up as a
+// disagreement between this FLOP model and the instrumented counter
+// (prop::check_flops) instead of being repeated on both sides.
 EvalSchedule eval_schedule(const Plan& plan, const FlopQuery& q) {
   validate_flop_query(q);
   EvalSchedule s;

@@ -3,9 +3,9 @@
 #include <rapidcheck/gtest.h>
 
 #include "oracle/analytic.hpp"
-#include "property-tests/ced_checks.hpp"
+#include "checks/ced_checks.hpp"
 #include "property-tests/generators.hpp"
-#include "property-tests/harness.hpp"
+#include "checks/harness.hpp"
 
 using namespace ced;
 using namespace ced::prop;

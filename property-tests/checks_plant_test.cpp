@@ -12,7 +12,7 @@
 
 #include <cstdio>
 
-#include "property-tests/ced_checks.hpp"
+#include "checks/ced_checks.hpp"
 #include "property-tests/plant.hpp"
 
 using namespace ced;

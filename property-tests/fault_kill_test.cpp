@@ -9,8 +9,8 @@
 #include <functional>
 #include <map>
 
-#include "property-tests/ced_checks.hpp"
-#include "tools/golden_set.hpp"
+#include "checks/ced_checks.hpp"
+#include "golden/golden_set.hpp"
 
 using namespace ced;
 using namespace ced::prop;
@@ -24,13 +24,13 @@ struct NamedCheck {
 
 std::string golden_tiny(const Config& c, Fault f, const std::string& backend) {
   if (c.name != "tiny") return "golden(tiny) runs on tiny only";
-  tools::GateOptions g;
-  g.dir = tools::default_golden_dir();
+  golden::GateOptions g;
+  g.dir = golden::default_golden_dir();
   g.backend = backend;
   g.only = "tiny.h5";
   g.fault = f;
   g.quiet = true;
-  const auto rep = tools::run_gate(g);
+  const auto rep = golden::run_gate(g);
   return rep.failures.empty() ? "" : rep.failures.front().what;
 }
 

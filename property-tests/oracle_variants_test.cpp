@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "oracle/analytic.hpp"
-#include "property-tests/ced_checks.hpp"
+#include "checks/ced_checks.hpp"
 
 using namespace ced;
 using namespace ced::prop;

@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "property-tests/harness.hpp"
+#include "checks/harness.hpp"
 
 namespace ced::prop {
 

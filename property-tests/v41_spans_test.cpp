@@ -3,7 +3,7 @@
 // and E(W-1) = 2540 for the encoder resume. Long tier: about a minute.
 #include <gtest/gtest.h>
 
-#include "property-tests/ced_checks.hpp"
+#include "checks/ced_checks.hpp"
 
 using namespace ced;
 using namespace ced::prop;

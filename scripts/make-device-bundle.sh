@@ -11,7 +11,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 export CED_BUILD_DIR=${CED_BUILD_DIR:-$root/build-cuda}
-export CUDACXX=${CUDACXX:-/usr/local/cuda/bin/nvcc}
+# nvcc: CUDACXX if set, else found by cmake/Options.cmake (PATH, $CUDA_HOME, $CUDA_PATH, /usr/local/cuda).
 export CED_CMAKE_ARGS="-DCED_ENABLE_CUDA=ON -DCED_CUDA_ARCHS=90"
 "$root/scripts/setup.sh"
 out=$root/device-bundle

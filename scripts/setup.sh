@@ -7,7 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${CED_BUILD_DIR:-$root/build}
 
 packages=(build-essential cmake ninja-build pkg-config libeigen3-dev libhdf5-dev hdf5-tools libgtest-dev libgmock-dev
-          librapidcheck-dev libcli11-dev libtomlplusplus-dev libfmt-dev libbenchmark-dev python3)
+          librapidcheck-dev libcli11-dev libtomlplusplus-dev libfmt-dev python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -20,10 +20,20 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The CUDA toolkit, where present, builds the optimized backend (no GPU needed to build).
-if [ -z "${CUDACXX:-}" ] && [ -x /usr/local/cuda/bin/nvcc ]; then export CUDACXX=/usr/local/cuda/bin/nvcc; fi
+# Configured through the presets (CMakePresets.json): `cuda` where nvcc is
+# found (on PATH, in $CUDA_HOME or $CUDA_PATH, or /usr/local/cuda; no GPU is
+# needed to build), `dev` otherwise. CED_BUILD_DIR moves the build folder
+# (default build/), CED_CMAKE_ARGS adds cache settings.
+preset=dev
+if [ -n "${CUDACXX:-}" ] || command -v nvcc >/dev/null 2>&1; then
+  preset=cuda
+else
+  for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    if [ -n "$d" ] && [ -x "$d/bin/nvcc" ]; then preset=cuda; break; fi
+  done
+fi
 
 if [ ! -f "$build/build.ninja" ]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CED_CMAKE_ARGS:-}
+  (cd "$root" && cmake --preset "$preset" -B "$build" ${CED_CMAKE_ARGS:-})
 fi
 cmake --build "$build" -j "$(nproc)"

@@ -8,10 +8,10 @@
 #include "io/hdf5_file.hpp"
 #include "io/untrusted.hpp"
 #include "model/error.hpp"
-#include "oracle/run_compare.hpp"
+#include "compare/run_compare.hpp"
 #include "tools/common.hpp"
-#include "tools/golden_calibration.hpp"
-#include "tools/golden_set.hpp"
+#include "golden/golden_calibration.hpp"
+#include "golden/golden_set.hpp"
 
 namespace ced::tools {
 namespace {
@@ -116,8 +116,8 @@ Runner add_diff(CLI::App& app) {
 }
 
 Runner add_gate(CLI::App& app) {
-  auto o = std::make_shared<GateOptions>();
-  auto dir = std::make_shared<std::string>(default_golden_dir().string());
+  auto o = std::make_shared<golden::GateOptions>();
+  auto dir = std::make_shared<std::string>(golden::default_golden_dir().string());
   auto fault = std::make_shared<std::string>("none");
   auto* sub = app.add_subcommand("gate", "rerun every golden run on a backend and judge it under the golden policy");
   sub->add_option("--golden", *dir, "golden directory")->capture_default_str();
@@ -131,21 +131,26 @@ Runner add_gate(CLI::App& app) {
             o->dir = *dir;
             o->fault = parse_fault(*fault);
             std::printf("ced gate: golden %s, backend %s\n", o->dir.c_str(), o->backend.c_str());
-            const GateReport rep = run_gate(*o);
-            std::printf("%lld runs, %lld passed, %zu failed\n", (long long)rep.runs, (long long)rep.passed,
-                        rep.failures.size());
+            const golden::GateReport rep = golden::run_gate(*o);
+            std::printf("%lld runs, %lld passed, %zu failed, %zu not supported\n", (long long)rep.runs,
+                        (long long)rep.passed, rep.failures.size(), rep.not_supported.size());
             if (!rep.failures.empty()) {
               std::printf("failures:\n");
               for (const auto& f : rep.failures)
                 std::printf("  %s:%s: %s\n    reproduce: %s\n", f.file.c_str(), f.run.c_str(), f.what.c_str(),
                             f.reproduce.c_str());
             }
-            return rep.failures.empty() ? 0 : 1;
+            if (!rep.failures.empty()) return 1;
+            // Nothing judged: every selected run is one the backend cannot do.
+            if (rep.passed == 0)
+              throw NotSupported(fmt::format("backend {} supports none of the {} selected runs ({})", o->backend,
+                                             rep.runs, rep.not_supported.front().why));
+            return 0;
           }};
 }
 
 Runner add_golden(CLI::App& app) {
-  auto dir = std::make_shared<std::string>(default_golden_dir().string());
+  auto dir = std::make_shared<std::string>(golden::default_golden_dir().string());
   auto* sub = app.add_subcommand("golden", "golden files: `ced golden regenerate` is the one command that writes them");
   auto* regen = sub->add_subcommand("regenerate", "rewrite every golden file with reference-f64 (and their calibration)");
   regen->add_option("--dir", *dir, "golden directory")->capture_default_str();
@@ -155,10 +160,10 @@ Runner add_golden(CLI::App& app) {
   sub->require_subcommand(1);
   return {sub, [dir, calib] {
             if (calib->parsed()) {
-              write_golden_calibration(*dir, measure_golden_calibration(*dir, true));
-              std::printf("wrote %s\n", (std::filesystem::path(*dir) / kCalibrationFile).string().c_str());
+              golden::write_golden_calibration(*dir, golden::measure_golden_calibration(*dir, true));
+              std::printf("wrote %s\n", (std::filesystem::path(*dir) / golden::kCalibrationFile).string().c_str());
             } else {
-              regenerate_golden(*dir, true);
+              golden::regenerate_golden(*dir, true);
             }
             return 0;
           }};

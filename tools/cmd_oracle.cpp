@@ -6,7 +6,7 @@
 
 #include "model/error.hpp"
 #include "oracle/analytic.hpp"
-#include "property-tests/ced_checks.hpp"
+#include "checks/ced_checks.hpp"
 #include "tools/common.hpp"
 
 namespace ced::tools {

@@ -6,9 +6,14 @@
 #include "io/hdf5_file.hpp"
 #include "model/error.hpp"
 #include "tools/common.hpp"
-#include "tools/replay_sweep.hpp"
+#include "checks/replay_sweep.hpp"
 
 namespace ced::tools {
+using prop::drift_csv;
+using prop::drift_svg;
+using prop::drift_table;
+using prop::replay_sweep;
+using prop::SweepOptions;
 
 Runner add_replay_error(CLI::App& app) {
   struct Opts {

@@ -1,5 +1,6 @@
 // `ced run` (docs/spec.md §10): one run of one backend, written as HDF5 (docs/spec.md §9).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <sstream>
 
@@ -72,7 +73,7 @@ Runner add_run(CLI::App& app) {
   sub->add_option("--decode", o->decode, "teacher-forced decode steps after the prefill")
       ->capture_default_str()
       ->transform(integer_in(0, kMaxLength));
-  sub->add_option("--backend", o->backend, "reference | reference-f64 | cuda | cuda-bf16")
+  sub->add_option("--backend", o->backend, fmt::format("{}", fmt::join(backend_names(), " | ")))
       ->capture_default_str()
       ->transform(backend_name());
   sub->add_option("--capture", o->capture, "none | layers")->capture_default_str();

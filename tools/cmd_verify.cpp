@@ -6,12 +6,17 @@
 
 #include "model/error.hpp"
 #include "oracle/analytic.hpp"
-#include "property-tests/ced_checks.hpp"
+#include "checks/ced_checks.hpp"
 #include "tools/common.hpp"
-#include "tools/golden_set.hpp"
-#include "tools/replay_sweep.hpp"
+#include "golden/golden_set.hpp"
+#include "checks/replay_sweep.hpp"
 
 namespace ced::tools {
+using prop::drift_csv;
+using prop::drift_svg;
+using prop::drift_table;
+using prop::replay_sweep;
+using prop::SweepOptions;
 namespace {
 
 constexpr const char* kDefaultConfig = "v41-shape";
@@ -51,7 +56,7 @@ std::vector<std::string> quick_properties(const Config& c) {
 Runner add_verify(CLI::App& app) {
   struct Opts {
     std::string config = kDefaultConfig;
-    std::string golden = default_golden_dir().string();
+    std::string golden = golden::default_golden_dir().string();
     bool skip_drift = false;
   };
   auto o = std::make_shared<Opts>();
@@ -75,10 +80,11 @@ Runner add_verify(CLI::App& app) {
               failures.insert(failures.end(), f.begin(), f.end());
             }
             heading("golden gate (reference-f64 against " + o->golden + ")");
-            GateOptions g;
+            golden::GateOptions g;
             g.dir = o->golden;
-            const GateReport rep = run_gate(g);
-            std::printf("  %lld runs, %lld passed\n", (long long)rep.runs, (long long)rep.passed);
+            const golden::GateReport rep = golden::run_gate(g);
+            std::printf("  %lld runs, %lld passed, %zu not supported\n", (long long)rep.runs, (long long)rep.passed,
+                        rep.not_supported.size());
             for (const auto& f : rep.failures) failures.push_back(fmt::format("gate {}:{}: {} ({})", f.file, f.run, f.what, f.reproduce));
             if (!o->skip_drift) {
               heading("replay drift: bounded (B = W) vs exact recovery");
@@ -93,14 +99,21 @@ Runner add_verify(CLI::App& app) {
                 if (!std::isfinite(r.rel_l2)) failures.push_back(fmt::format("drift: non-finite at N = {}", r.n_prompt));
             }
             heading("CUDA side by side");
-            if (!cuda_available()) {
-              std::printf("  skipped: no CUDA device (or a build without CUDA)\n");
-            } else {
-              GateOptions gc = g;
-              gc.backend = "cuda";
-              const GateReport rc = run_gate(gc);
-              std::printf("  cuda: %lld runs, %lld passed\n", (long long)rc.runs, (long long)rc.passed);
-              for (const auto& f : rc.failures) failures.push_back(fmt::format("cuda gate {}:{}: {}", f.file, f.run, f.what));
+            // Every device backend of the registry that can run here, gated
+            // like the reference; what it cannot do is listed, not failed.
+            for (const auto& e : backend_table()) {
+              if (e.host_bytes_per_value != 0) continue;  // a CPU backend
+              if (const std::string why = e.unavailable_reason(); !why.empty()) {
+                std::printf("  %s: skipped: %s\n", e.name.c_str(), why.c_str());
+                continue;
+              }
+              golden::GateOptions gc = g;
+              gc.backend = e.name;
+              const golden::GateReport rc = golden::run_gate(gc);
+              std::printf("  %s: %lld runs, %lld passed, %zu not supported\n", e.name.c_str(), (long long)rc.runs,
+                          (long long)rc.passed, rc.not_supported.size());
+              for (const auto& f : rc.failures)
+                failures.push_back(fmt::format("{} gate {}:{}: {}", e.name, f.file, f.run, f.what));
             }
             heading("summary");
             for (const auto& f : failures) std::printf("  FAIL %s\n", f.c_str());

@@ -10,10 +10,6 @@
 #include <fstream>
 
 #include "model/error.hpp"
-#include "reference/backend.hpp"
-#ifdef CED_HAVE_CUDA
-#include "optimized/cuda_backend.hpp"
-#endif
 
 namespace ced::tools {
 
@@ -84,47 +80,6 @@ Config ModelOptions::load() const {
   Config c = load_config(config);
   for (const auto& kv : set) c = with_override(c, kv);
   return c;
-}
-
-const std::vector<std::string>& backend_names() {
-  static const std::vector<std::string> n = {"reference", "reference-f64", "cuda", "cuda-bf16"};
-  return n;
-}
-
-bool cuda_available() {
-#ifdef CED_HAVE_CUDA
-  return cuda_device_available();
-#else
-  return false;
-#endif
-}
-
-std::unique_ptr<Backend> make_backend(const std::string& name, const Config& c, uint64_t weight_seed) {
-  if (name == "reference") return make_reference_backend(c, weight_seed, false);
-  if (name == "reference-f64") return make_reference_backend(c, weight_seed, true);
-  if (name == "cuda" || name == "cuda-bf16") {
-#ifdef CED_HAVE_CUDA
-    if (!cuda_device_available()) throw NotSupported("backend " + name + ": no CUDA device on this machine");
-    return make_cuda_backend(c, weight_seed, name == "cuda" ? CudaPrecision::F32 : CudaPrecision::BF16);
-#else
-    throw NotSupported("backend " + name + ": this build has no CUDA (configure with -DCED_ENABLE_CUDA=ON)");
-#endif
-  }
-  std::string names;
-  for (const auto& n : backend_names()) names += (names.empty() ? "" : ", ") + n;
-  throw InputError(fmt::format("--backend: '{}' is not one of {}", name, names));
-}
-
-void check_fits_in_memory(const Config& c, int64_t n_positions, const std::string& backend) {
-  if (backend.rfind("cuda", 0) == 0) return;
-  const int scalar = backend == "reference-f64" ? 8 : 4;
-  const double need = estimate_run_bytes(c, n_positions, scalar);
-  const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  if (need > 0.8 * have)
-    throw InputError(fmt::format(
-        "config {}: a {} run of {} positions needs about {:.1f} GiB (weights and caches), this machine has {:.1f} GiB; "
-        "use `ced oracle --config {}` for its analytic figures",
-        c.name, backend, n_positions, need / (1 << 30), have / (1 << 30), c.name));
 }
 
 void write_text_atomically(const std::string& path, const std::string& text) {

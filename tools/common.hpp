@@ -1,11 +1,13 @@
 #pragma once
-// Shared by the `ced` subcommands: backends by name, config loading, the CPU
-// feasibility check, timing.
+// Shared by the `ced` subcommands: config loading, timing, atomic writes.
+// Backends by name (make_backend, check_fits_in_memory) are the registry's
+// (backends/registry.hpp).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <memory>
 #include <string>
 
+#include "backends/registry.hpp"
 #include "model/config.hpp"
 #include "model/run.hpp"
 
@@ -42,16 +44,6 @@ struct ModelOptions {
   void add(CLI::App* sub, bool config_required = true);
   Config load() const;  // InputError
 };
-
-// Names accepted by --backend: reference, reference-f64, cuda, cuda-bf16.
-const std::vector<std::string>& backend_names();
-// InputError for an unknown name; NotSupported when the backend cannot run here
-// (no CUDA build, no device).
-std::unique_ptr<Backend> make_backend(const std::string& name, const Config& c, uint64_t weight_seed);
-bool cuda_available();
-
-// Refuses, with a memory estimate, a run that cannot fit this machine (v41-flash).
-void check_fits_in_memory(const Config& c, int64_t n_positions, const std::string& backend);
 
 struct Stopwatch {
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();

@@ -1,5 +1,6 @@
-// `ced`: the harness' command line (docs/spec.md §10). Exit codes: 0 pass, 1 a check
-// failed, 2 bad usage or input (one line on stderr).
+// `ced`: the harness' command line (docs/spec.md §10). Exit codes: 0 pass (or help),
+// 1 a check failed, 2 bad usage or input, or a request the backend does not
+// support (one line on stderr), 3 an internal error (one line on stderr).
 #include <fmt/format.h>
 
 #include <cstdio>

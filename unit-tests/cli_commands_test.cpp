@@ -18,7 +18,7 @@
 #include "model/config.hpp"
 #include "model/plan.hpp"
 #include "oracle/analytic.hpp"
-#include "tools/replay_sweep.hpp"
+#include "checks/replay_sweep.hpp"
 
 namespace fs = std::filesystem;
 using namespace ced;
@@ -197,15 +197,15 @@ TEST(ReplayErrorCommand, WritesTheSweepsCsvAndSvgForTheGivenOptions) {
   // N = 1 is the smallest valid length; two decode steps, one resume prefix.
   const Result r = run_ced("replay-error --config tiny --tokens 1 5 --decode 2 --prefix 2 --out " + prefix.string());
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  tools::SweepOptions o;
+  prop::SweepOptions o;
   o.lengths = {1, 5};
   o.decode = 2;
   o.prefixes = {2};
-  const auto rows = tools::replay_sweep(c, o);
-  EXPECT_EQ(slurp(prefix.string() + ".csv"), tools::drift_csv(rows));
-  EXPECT_EQ(slurp(prefix.string() + ".svg"), tools::drift_svg(rows, "CED bounded replay drift, config tiny"));
+  const auto rows = prop::replay_sweep(c, o);
+  EXPECT_EQ(slurp(prefix.string() + ".csv"), prop::drift_csv(rows));
+  EXPECT_EQ(slurp(prefix.string() + ".svg"), prop::drift_svg(rows, "CED bounded replay drift, config tiny"));
   EXPECT_TRUE(fs::exists(prefix.string() + ".h5"));
-  EXPECT_NE(r.out.find(tools::drift_table(rows)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(prop::drift_table(rows)), std::string::npos) << r.out;
 }
 
 TEST(ReplayErrorCommand, LengthsBelowOneAndNoDecodeStepsAreUsageErrors) {
@@ -234,8 +234,8 @@ TEST(CommandLine, BadOptionOfAKnownCommandIsNotAnUnknownCommand) {
 }
 
 TEST(BenchCommand, DecodeStepsCountTowardTheMemoryCheck) {
-  // 8 prompt tokens of tiny fit anywhere; 8 + 1e11 positions need terabytes: refused before any work.
-  expect_usage_error("bench --config tiny --tokens 8 --decode 100000000000", "needs about");
+  // 8 prompt tokens of tiny fit anywhere; 8 + 1e9 positions need hundreds of GiB: refused before any work.
+  expect_usage_error("bench --config tiny --tokens 8 --decode 1000000000", "needs about");
 }
 
 TEST(RunCommand, ThroughputCountsPromptAndDecodeTokens) {

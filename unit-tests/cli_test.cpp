@@ -16,9 +16,9 @@
 
 #include "io/hdf5_file.hpp"
 #include "model/weights.hpp"
-#include "oracle/run_compare.hpp"
+#include "compare/run_compare.hpp"
 #include "reference/backend.hpp"
-#include "tools/golden_set.hpp"
+#include "golden/golden_set.hpp"
 
 namespace fs = std::filesystem;
 using namespace ced;
@@ -189,18 +189,18 @@ TEST(Gate, OneElementChangedBy1e9RelativeFailsNamingTheTensor) {
   const fs::path dir = scratch() / "golden-copy";
   fs::create_directories(dir);
   for (const char* name : {"tiny.h5", "policy.toml"})
-    fs::copy_file(tools::default_golden_dir() / name, dir / name, fs::copy_options::overwrite_existing);
-  tools::GateOptions g;
+    fs::copy_file(golden::default_golden_dir() / name, dir / name, fs::copy_options::overwrite_existing);
+  golden::GateOptions g;
   g.dir = dir;
   g.quiet = true;
-  ASSERT_TRUE(tools::run_gate(g).failures.empty());
+  ASSERT_TRUE(golden::run_gate(g).failures.empty());
   // the largest-magnitude logit of the full run, multiplied by 1 + 1e-9
   const RunFile f = read_run_file(dir / "tiny.h5");
   const MatD& L = f.find_run("full")->result.logits;
   Eigen::Index row = 0, col = 0;
   L.cwiseAbs().maxCoeff(&row, &col);
   perturb(dir / "tiny.h5", "/runs/full/logits", row, col, 1e-9);
-  const auto rep = tools::run_gate(g);
+  const auto rep = golden::run_gate(g);
   ASSERT_EQ(rep.failures.size(), 1u);
   EXPECT_EQ(rep.failures[0].run, "full");
   EXPECT_NE(rep.failures[0].what.find("runs/full/logits"), std::string::npos) << rep.failures[0].what;
@@ -210,12 +210,12 @@ TEST(Gate, OneElementChangedBy1e9RelativeFailsNamingTheTensor) {
 }
 
 TEST(Gate, FaultedModelFailsWithTheFirstDivergentLayer) {
-  tools::GateOptions g;
-  g.dir = tools::default_golden_dir();
+  golden::GateOptions g;
+  g.dir = golden::default_golden_dir();
   g.only = "small.h5:full";
   g.quiet = true;
   g.fault = Fault::SinkDropped;
-  const auto rep = tools::run_gate(g);
+  const auto rep = golden::run_gate(g);
   ASSERT_EQ(rep.failures.size(), 1u);
   EXPECT_NE(rep.failures[0].what.find("first divergent layer 0"), std::string::npos) << rep.failures[0].what;
   EXPECT_NE(rep.failures[0].reproduce.find("--only small.h5:full --fault sink-dropped"), std::string::npos);

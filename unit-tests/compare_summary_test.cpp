@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "oracle/compare.hpp"
+#include "compare/compare.hpp"
 
 using namespace ced;
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "model/error.hpp"
-#include "oracle/compare.hpp"
-#include "oracle/policy.hpp"
+#include "compare/compare.hpp"
+#include "compare/policy.hpp"
 
 using namespace ced;
 

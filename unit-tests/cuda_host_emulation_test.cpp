@@ -24,8 +24,8 @@
 #include "optimized/blas.hpp"
 #include "optimized/device_math.cuh"
 #include "optimized/host_emulation.hpp"
-#include "oracle/policy.hpp"
-#include "oracle/run_compare.hpp"
+#include "compare/policy.hpp"
+#include "compare/run_compare.hpp"
 #include "reference/backend.hpp"
 
 namespace {

@@ -15,7 +15,7 @@
 
 #include "io/hdf5_file.hpp"
 #include "model/weights.hpp"
-#include "tools/common.hpp"
+#include "backends/registry.hpp"
 
 namespace fs = std::filesystem;
 using namespace ced;
@@ -59,7 +59,7 @@ struct Runs {
   Config c = load_config("tiny");
   RunResult full, ced;
   Runs() {
-    auto be = tools::make_backend("reference", c, 0);
+    auto be = make_backend("reference", c, 0);
     RunRequest r;
     r.n_prompt = 8;
     r.tokens = make_tokens(0, c.vocab_size, 8);

@@ -1,4 +1,4 @@
-// The stored calibration of the golden set (tools/golden_calibration.hpp):
+// The stored calibration of the golden set (golden/golden_calibration.hpp):
 // the f32 gate's self-calibrating bounds come from calibration.toml, measured
 // once, so a numerical slip in the f32 reference fails its out and logits
 // verdicts; the file reads back bit for bit; a missing, malformed or stale
@@ -11,8 +11,8 @@
 #include <limits>
 
 #include "model/error.hpp"
-#include "tools/golden_calibration.hpp"
-#include "tools/golden_set.hpp"
+#include "golden/golden_calibration.hpp"
+#include "golden/golden_set.hpp"
 
 using namespace ced;
 namespace fs = std::filesystem;
@@ -31,8 +31,8 @@ void write_text(const fs::path& p, const std::string& s) {
   out << s;
 }
 
-tools::GateOptions f32_gate(const fs::path& dir, const std::string& only) {
-  tools::GateOptions g;
+golden::GateOptions f32_gate(const fs::path& dir, const std::string& only) {
+  golden::GateOptions g;
   g.dir = dir;
   g.backend = "reference";
   g.only = only;
@@ -47,10 +47,10 @@ tools::GateOptions f32_gate(const fs::path& dir, const std::string& only) {
 // moves every hidden state by about 2^-10 of the FFN's share and changes no
 // selection, so only the out and logits verdicts can catch it.
 TEST(GoldenCalibration, F32GateFailsOnASmallNumericalSlipInTheF32Reference) {
-  auto g = f32_gate(tools::default_golden_dir(), "tiny.h5:full");
-  ASSERT_TRUE(tools::run_gate(g).failures.empty()) << "the unfaulted f32 reference must pass";
+  auto g = f32_gate(golden::default_golden_dir(), "tiny.h5:full");
+  ASSERT_TRUE(golden::run_gate(g).failures.empty()) << "the unfaulted f32 reference must pass";
   g.fault = Fault::FfnOutputScaled;
-  const auto rep = tools::run_gate(g);
+  const auto rep = golden::run_gate(g);
   ASSERT_EQ(rep.failures.size(), 1u);
   const std::string& what = rep.failures[0].what;
   EXPECT_TRUE(what.find("/out") != std::string::npos || what.find("/logits") != std::string::npos) << what;
@@ -59,7 +59,7 @@ TEST(GoldenCalibration, F32GateFailsOnASmallNumericalSlipInTheF32Reference) {
 
 TEST(GoldenCalibration, WrittenCalibrationReadsBackBitForBit) {
   const fs::path dir = scratch("roundtrip");
-  tools::GoldenCalibration cal;
+  golden::GoldenCalibration cal;
   auto& f = cal.files["x.h5"];
   f.bytes = 12345;
   f.fnv1a64 = 0xFEDCBA9876543210ull;
@@ -67,8 +67,8 @@ TEST(GoldenCalibration, WrittenCalibrationReadsBackBitForBit) {
                             std::numeric_limits<double>::max()};
   for (size_t i = 0; i < std::size(awkward); ++i)
     f.tensors["runs/r/layers/" + std::to_string(i) + "/out"] = Calibration{awkward[i], awkward[std::size(awkward) - 1 - i]};
-  tools::write_golden_calibration(dir, cal);
-  const auto back = tools::read_golden_calibration(dir);
+  golden::write_golden_calibration(dir, cal);
+  const auto back = golden::read_golden_calibration(dir);
   ASSERT_EQ(back.files.size(), 1u);
   const auto& b = back.files.at("x.h5");
   EXPECT_EQ(b.bytes, f.bytes);
@@ -81,10 +81,10 @@ TEST(GoldenCalibration, WrittenCalibrationReadsBackBitForBit) {
 }
 
 TEST(GoldenCalibration, CommittedFileCoversEveryGoldenFileAsItIs) {
-  const fs::path dir = tools::default_golden_dir();
-  const auto cal = tools::read_golden_calibration(dir);
+  const fs::path dir = golden::default_golden_dir();
+  const auto cal = golden::read_golden_calibration(dir);
   for (const char* name : {"tiny.h5", "small.h5", "v41-shape.h5"}) {
-    const auto& fc = tools::calibration_of_file(cal, dir / name);  // throws when stale
+    const auto& fc = golden::calibration_of_file(cal, dir / name);  // throws when stale
     EXPECT_FALSE(fc.tensors.empty()) << name;
     // The f32 reference is not exact: a zero error would make the bound a bare floor.
     for (const auto& [t, c] : fc.tensors) EXPECT_GT(c.rel_l2, 0.0) << name << " " << t;
@@ -94,30 +94,30 @@ TEST(GoldenCalibration, CommittedFileCoversEveryGoldenFileAsItIs) {
 TEST(GoldenCalibration, GateRefusesAMissingMalformedOrStaleCalibration) {
   const fs::path dir = scratch("gate");
   for (const char* name : {"tiny.h5", "policy-calibrated.toml"})
-    fs::copy_file(tools::default_golden_dir() / name, dir / name);
+    fs::copy_file(golden::default_golden_dir() / name, dir / name);
   const auto g = f32_gate(dir, "tiny.h5:full");
   auto message = [&] {
     try {
-      tools::run_gate(g);
+      golden::run_gate(g);
     } catch (const InputError& e) {
       return std::string(e.what());
     }
     return std::string("no InputError");
   };
   EXPECT_NE(message().find("ced golden calibrate"), std::string::npos) << message();  // missing
-  write_text(dir / tools::kCalibrationFile, "[[file]]\nname = \"tiny.h5\"\nbytes = 1\n");
+  write_text(dir / golden::kCalibrationFile, "[[file]]\nname = \"tiny.h5\"\nbytes = 1\n");
   EXPECT_NE(message().find("calibration.toml:"), std::string::npos) << message();  // malformed
   // Every tensor of the real file, but measured on other bytes.
-  auto cal = tools::read_golden_calibration(tools::default_golden_dir());
+  auto cal = golden::read_golden_calibration(golden::default_golden_dir());
   cal.files.at("tiny.h5").fnv1a64 ^= 1;
-  tools::write_golden_calibration(dir, cal);
+  golden::write_golden_calibration(dir, cal);
   EXPECT_NE(message().find("measured on another tiny.h5"), std::string::npos) << message();  // stale
   cal.files.at("tiny.h5").fnv1a64 ^= 1;
   cal.files.at("tiny.h5").tensors.at("runs/full/logits").rel_l2 = -1;
-  tools::write_golden_calibration(dir, cal);
+  golden::write_golden_calibration(dir, cal);
   EXPECT_NE(message().find("must be finite and >= 0"), std::string::npos) << message();  // negative
   cal.files.at("tiny.h5").tensors.at("runs/full/logits").rel_l2 = 1e-7;
-  tools::write_golden_calibration(dir, cal);
+  golden::write_golden_calibration(dir, cal);
   EXPECT_EQ(message(), "no InputError");  // and the copy then gates
   fs::remove_all(dir.parent_path());
 }

@@ -7,8 +7,8 @@
 
 #include "model/weights.hpp"
 #include "oracle/analytic.hpp"
-#include "tools/common.hpp"
-#include "tools/golden_set.hpp"
+#include "backends/registry.hpp"
+#include "golden/golden_set.hpp"
 
 using namespace ced;
 
@@ -26,21 +26,21 @@ double rel_l2(const MatD& a, const MatD& b) { return (a - b).norm() / std::max(b
 }  // namespace
 
 int main() {
-  if (!tools::cuda_available()) {
+  if (!backend_entry("cuda").unavailable_reason().empty()) {
     std::printf("SKIP: no CUDA device\n");
     return 77;
   }
   for (const char* backend : {"cuda", "cuda-bf16"}) {
-    tools::GateOptions g;
-    g.dir = tools::default_golden_dir();
+    golden::GateOptions g;
+    g.dir = golden::default_golden_dir();
     g.backend = backend;
-    const auto rep = tools::run_gate(g);
+    const auto rep = golden::run_gate(g);
     expect(rep.failures.empty(), std::string("golden gate on ") + backend);
   }
   // CED properties that hold within tolerance on any backend: ced replay=full
   // equals full, and inside the cone bounded equals full (to the f32 bound).
   const Config c = builtin_config("small");
-  auto be = tools::make_backend("cuda", c, 1);
+  auto be = make_backend("cuda", c, 1);
   RunRequest r;
   r.n_prompt = 120;
   r.tokens = make_tokens(2, c.vocab_size, 120);

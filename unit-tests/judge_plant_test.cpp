@@ -33,8 +33,8 @@
 #include <sstream>
 
 #include "model/error.hpp"
-#include "oracle/run_compare.hpp"
-#include "tools/golden_set.hpp"
+#include "compare/run_compare.hpp"
+#include "golden/golden_set.hpp"
 #include "unit-tests/plant.hpp"
 
 namespace fs = std::filesystem;
@@ -620,7 +620,7 @@ TEST(JudgePlantCli, EveryPlantKindFailsCedDiffOnEitherSideNamingItsPlace) {
 
 TEST(JudgePlantCli, GateFailsAPlantedGoldenCopyNamingRunTensorLayerAndPosition) {
   const fs::path dir = scratch() / "golden";
-  const RunFile golden = read_run_file(tools::default_golden_dir() / "tiny.h5");
+  const RunFile golden = read_run_file(golden::default_golden_dir() / "tiny.h5");
   struct Case {
     std::string run, dataset;  // value plants: dataset to change
     int64_t layer = -1, row = 0, col = 0;
@@ -650,7 +650,7 @@ TEST(JudgePlantCli, GateFailsAPlantedGoldenCopyNamingRunTensorLayerAndPosition) 
     fs::remove_all(dir);
     fs::create_directories(dir);
     for (const char* name : {"tiny.h5", "policy.toml"})
-      fs::copy_file(tools::default_golden_dir() / name, dir / name);
+      fs::copy_file(golden::default_golden_dir() / name, dir / name);
     const MatD* m = nullptr;
     const RunResult& r = golden.find_run(c.run)->result;
     if (c.layer < 0) m = &r.logits;
@@ -667,7 +667,7 @@ TEST(JudgePlantCli, GateFailsAPlantedGoldenCopyNamingRunTensorLayerAndPosition) 
   {
     fs::remove_all(dir);
     fs::create_directories(dir);
-    fs::copy_file(tools::default_golden_dir() / "policy.toml", dir / "policy.toml");
+    fs::copy_file(golden::default_golden_dir() / "policy.toml", dir / "policy.toml");
     RunFile f = golden;
     auto& cap = f.runs[1].result.layers[2];
     ASSERT_TRUE(cap.has_topk);
@@ -687,7 +687,7 @@ TEST(JudgePlantCli, GateFailsAPlantedGoldenCopyNamingRunTensorLayerAndPosition) 
     fs::remove_all(dir);
     fs::create_directories(dir);
     for (const char* name : {"tiny.h5", "policy.toml"})
-      fs::copy_file(tools::default_golden_dir() / name, dir / name);
+      fs::copy_file(golden::default_golden_dir() / name, dir / name);
     std::vector<int64_t> p = golden.runs[0].result.layers[1].positions;
     std::swap(p[1], p[2]);
     plant::rewrite_int_dataset(dir / "tiny.h5", fmt::format("/runs/{}/layers/1/positions", golden.runs[0].name), p);

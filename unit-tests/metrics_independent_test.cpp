@@ -1,7 +1,7 @@
 // docs/spec.md §8 metrics recomputed the plain way and compared with oracle/compare:
 // every metric here is written from its definition in long double (norms as
 // plain sums of squares, which long double's range holds for 1e±300 values),
-// with no helper shared with oracle/compare.cpp, on random tensors with ties,
+// with no helper shared with compare/compare.cpp, on random tensors with ties,
 // ±0, NaN, ±Inf, subnormals and huge ranges. The tie rule of every "worst"
 // and "first" location is the first in index order (tested exactly: the
 // element errors are compared as the doubles the documented rule defines).
@@ -15,7 +15,7 @@
 #include <limits>
 #include <set>
 
-#include "oracle/compare.hpp"
+#include "compare/compare.hpp"
 
 using namespace ced;
 using LD = long double;

@@ -13,11 +13,11 @@
 #include "model/config.hpp"
 #include "model/plan.hpp"
 #include "model/weights.hpp"
-#include "tools/common.hpp"
-#include "tools/replay_sweep.hpp"
+#include "backends/registry.hpp"
+#include "checks/replay_sweep.hpp"
 
 using namespace ced;
-using namespace ced::tools;
+using namespace ced::prop;
 
 namespace {
 

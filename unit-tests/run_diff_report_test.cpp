@@ -10,8 +10,8 @@
 #include "model/config.hpp"
 #include "model/error.hpp"
 #include "model/weights.hpp"
-#include "oracle/run_compare.hpp"
-#include "tools/common.hpp"
+#include "compare/run_compare.hpp"
+#include "backends/registry.hpp"
 
 using namespace ced;
 
@@ -19,7 +19,7 @@ namespace {
 
 RunResult run_of(const std::string& backend, bool capture) {
   const Config c = load_config("tiny");
-  auto be = tools::make_backend(backend, c, 0);
+  auto be = make_backend(backend, c, 0);
   RunRequest r;
   r.n_prompt = 10;
   r.tokens = make_tokens(0, c.vocab_size, 10);
@@ -95,7 +95,7 @@ TEST(RunDiffReport, JsonCarriesTheSelectionMetrics) {
 
 TEST(RunDiffReport, UnknownBackendListsEveryBackend) {
   try {
-    tools::make_backend("frobnicate", load_config("tiny"), 0);
+    make_backend("frobnicate", load_config("tiny"), 0);
     FAIL() << "no error";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), "--backend: 'frobnicate' is not one of reference, reference-f64, cuda, cuda-bf16");

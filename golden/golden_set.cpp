@@ -1,23 +1,23 @@
-#include "tools/golden_set.hpp"
+#include "golden/golden_set.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <optional>
+#include <stdexcept>
 
 #include "io/untrusted.hpp"
 #include "model/error.hpp"
 #include "model/weights.hpp"
-#include "oracle/run_compare.hpp"
-#include "tools/common.hpp"
-#include "tools/golden_calibration.hpp"
+#include "compare/run_compare.hpp"
+#include "golden/golden_calibration.hpp"
 
 #ifndef CED_SOURCE_DIR
 #define CED_SOURCE_DIR "."
 #endif
 
-namespace ced::tools {
+namespace ced::golden {
 
 const std::vector<GoldenRecipe>& golden_recipes() {
   // Lengths past R = 1 + D(W-1) (tiny 13, small 43) so bounded and exact
@@ -77,13 +77,19 @@ std::filesystem::path default_golden_dir() {
   return std::filesystem::path(CED_SOURCE_DIR) / "golden";
 }
 
+const BackendEntry& golden_writer() {
+  for (const auto& e : backend_table())
+    if (!e.gate_calibrated) return e;
+  throw std::logic_error("backend registry: no entry writes the golden files");
+}
+
 void regenerate_golden(const std::filesystem::path& dir, bool verbose) {
   if (!std::filesystem::is_directory(dir)) throw InputError(fmt::format("golden: '{}' is not a directory", dir.string()));
   for (const auto& g : golden_recipes()) {
     const Config c = builtin_config(g.config);
-    auto be = make_backend("reference-f64", c, g.weight_seed);
+    auto be = make_backend(golden_writer().name, c, g.weight_seed);
     RunFile f;
-    f.generator = fmt::format("ced golden regenerate (ced-harness {}; reference-f64)", CED_VERSION);
+    f.generator = fmt::format("ced golden regenerate (ced-harness {}; {})", CED_VERSION, golden_writer().name);
     f.config = c;
     f.weight_seed = g.weight_seed;
     f.token_seed = g.token_seed;
@@ -100,11 +106,8 @@ void regenerate_golden(const std::filesystem::path& dir, bool verbose) {
 GateReport run_gate(const GateOptions& o) {
   GateReport rep;
   if (!std::filesystem::is_directory(o.dir)) throw InputError(fmt::format("--golden: '{}' is not a directory", o.dir.string()));
-  const bool exact_backend = o.backend == "reference-f64";
-  const char* default_policy = exact_backend                 ? "policy.toml"
-                               : o.backend == "cuda-bf16" ? "policy-bf16.toml"
-                                                          : "policy-calibrated.toml";
-  const std::string policy_path = !o.policy.empty() ? o.policy : (o.dir / default_policy).string();
+  const BackendEntry& entry = o.entry ? *o.entry : backend_entry(o.backend);
+  const std::string policy_path = !o.policy.empty() ? o.policy : (o.dir / entry.golden_policy).string();
   const Policy policy = load_policy_file(policy_path);
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(o.dir))
@@ -124,12 +127,14 @@ GateReport run_gate(const GateOptions& o) {
     const std::string fname = path.filename().string();
     if (!only_file.empty() && fname != only_file) continue;
     const RunFile f = read_untrusted_run_file(path);
-    check_fits_in_memory(f.config, int64_t(f.tokens.size()), o.backend);
-    auto be = make_backend(o.backend, f.config, f.weight_seed);
+    if (!o.entry) check_fits_in_memory(f.config, int64_t(f.tokens.size()), entry.name);
+    if (const std::string why = entry.unavailable_reason(); !why.empty())
+      throw NotSupported(fmt::format("backend {}: {}", entry.name, why));
+    auto be = entry.factory(f.config, f.weight_seed);
     // Self-calibrating bounds scale the f32 reference's error measured once
     // and stored beside the golden files, never the error of the run judged.
     const FileCalibration* fcal = nullptr;
-    if (!exact_backend) {
+    if (entry.gate_calibrated) {
       if (!stored_cal) stored_cal = read_golden_calibration(o.dir);
       fcal = &calibration_of_file(*stored_cal, path);
     }
@@ -138,6 +143,13 @@ GateReport run_gate(const GateOptions& o) {
       ++rep.runs;
       RunRequest req = request_of(f, nr.result);
       req.fault = o.fault;
+      // Asked before running: what the backend cannot do is listed, never
+      // counted as passed or failed.
+      if (std::string why = be->supports(req); !why.empty()) {
+        if (!o.quiet) std::printf("  not supported  %s:%s: %s\n", fname.c_str(), nr.name.c_str(), why.c_str());
+        rep.not_supported.push_back({fname, nr.name, std::move(why)});
+        continue;
+      }
       const RunResult got = be->run(req);
       const RunDiff d = diff_runs(nr.name, got, nr.result, policy, [&](const std::string& t) {
         if (!fcal) return std::optional<Calibration>{};
@@ -145,7 +157,7 @@ GateReport run_gate(const GateOptions& o) {
         return it == fcal->tensors.end() ? std::optional<Calibration>{} : std::optional<Calibration>{it->second};
       });
       const std::string reproduce = fmt::format("ced gate --golden {} --backend {} --only {}:{}{}", o.dir.string(),
-                                                o.backend, fname, nr.name,
+                                                entry.name, fname, nr.name,
                                                 o.fault == Fault::None ? "" : std::string(" --fault ") + fault_name(o.fault));
       if (d.pass()) {
         ++rep.passed;
@@ -174,4 +186,4 @@ GateReport run_gate(const GateOptions& o) {
   return rep;
 }
 
-}  // namespace ced::tools
+}  // namespace ced::golden

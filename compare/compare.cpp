@@ -1,5 +1,5 @@
 // docs/spec.md §8: tensor, logits and selection comparisons (formatting: compare_format.cpp).
-#include "oracle/compare.hpp"
+#include "compare/compare.hpp"
 
 #include <fmt/format.h>
 

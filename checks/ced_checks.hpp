@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "property-tests/harness.hpp"
+#include "checks/harness.hpp"
 
 namespace ced::prop {
 

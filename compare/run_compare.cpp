@@ -1,4 +1,4 @@
-#include "oracle/run_compare.hpp"
+#include "compare/run_compare.hpp"
 
 #include <fmt/format.h>
 

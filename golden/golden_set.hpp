@@ -6,10 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "backends/registry.hpp"
 #include "io/hdf5_file.hpp"
 #include "model/run.hpp"
 
-namespace ced::tools {
+namespace ced::golden {
 
 struct GoldenRecipe {
   std::string config;  // built-in name; the file is <config>.h5
@@ -30,8 +31,12 @@ std::vector<std::pair<std::string, RunRequest>> golden_requests(const GoldenReci
 // logits scope from its attributes; tokens from the file).
 RunRequest request_of(const RunFile& f, const RunResult& stored);
 
-// Writes every golden file into dir with the reference-f64 backend, then
-// their calibration (golden_calibration.hpp).
+// The backend that writes the golden files: the registry's entry the gate
+// judges bitwise (gate_calibrated false), reference-f64.
+const BackendEntry& golden_writer();
+
+// Writes every golden file into dir with golden_writer(), then their
+// calibration (golden_calibration.hpp).
 void regenerate_golden(const std::filesystem::path& dir, bool verbose);
 
 // The project's golden/ folder (compiled in), for defaults.
@@ -40,19 +45,27 @@ std::filesystem::path default_golden_dir();
 struct GateOptions {
   std::filesystem::path dir;
   std::string backend = "reference-f64";
-  std::string policy;  // "" = dir/policy.toml for reference-f64, dir/policy-calibrated.toml otherwise
+  std::string policy;  // "" = the backend entry's golden_policy in dir
   std::string only;    // "FILE:RUN" or "FILE" to rerun one
   Fault fault = Fault::None;
   bool verbose = false;
   bool quiet = false;
+  // Tests only: gate this entry instead of the registry's entry of `backend`.
+  const BackendEntry* entry = nullptr;
 };
 struct GateFailure {
   std::string file, run, what, reproduce;
 };
+// A run the backend said it cannot do (Backend::supports): neither passed
+// nor failed.
+struct GateNotSupported {
+  std::string file, run, why;
+};
 struct GateReport {
-  int64_t runs = 0, passed = 0;
+  int64_t runs = 0, passed = 0;  // runs = passed + failures + not_supported
   std::vector<GateFailure> failures;
+  std::vector<GateNotSupported> not_supported;
 };
 GateReport run_gate(const GateOptions& o);
 
-}  // namespace ced::tools
+}  // namespace ced::golden

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-#include "oracle/compare.hpp"
+#include "compare/compare.hpp"
 
 namespace ced {
 namespace {

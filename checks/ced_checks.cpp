@@ -1,4 +1,4 @@
-#include "property-tests/ced_checks.hpp"
+#include "checks/ced_checks.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>

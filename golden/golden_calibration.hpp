@@ -11,9 +11,9 @@
 #include <map>
 #include <string>
 
-#include "oracle/policy.hpp"
+#include "compare/policy.hpp"
 
-namespace ced::tools {
+namespace ced::golden {
 
 struct FileCalibration {
   uint64_t bytes = 0;    // size of the golden file it was measured on
@@ -39,4 +39,4 @@ const FileCalibration& calibration_of_file(const GoldenCalibration& cal, const s
 // Size and FNV-1a of a file's bytes.
 std::pair<uint64_t, uint64_t> file_fingerprint(const std::filesystem::path& path);
 
-}  // namespace ced::tools
+}  // namespace ced::golden

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "model/run.hpp"
-#include "oracle/policy.hpp"
+#include "compare/policy.hpp"
 
 namespace ced {
 

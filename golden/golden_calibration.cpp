@@ -1,4 +1,4 @@
-#include "tools/golden_calibration.hpp"
+#include "golden/golden_calibration.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -10,11 +10,11 @@
 
 #include "io/hdf5_file.hpp"
 #include "model/error.hpp"
-#include "oracle/run_compare.hpp"
-#include "tools/common.hpp"
-#include "tools/golden_set.hpp"
+#include "compare/run_compare.hpp"
+#include "backends/registry.hpp"
+#include "golden/golden_set.hpp"
 
-namespace ced::tools {
+namespace ced::golden {
 namespace fs = std::filesystem;
 namespace {
 
@@ -171,4 +171,4 @@ const FileCalibration& calibration_of_file(const GoldenCalibration& cal, const f
   return it->second;
 }
 
-}  // namespace ced::tools
+}  // namespace ced::golden

@@ -8,7 +8,7 @@
 
 #include "model/run.hpp"
 
-namespace ced::tools {
+namespace ced::prop {
 
 struct DriftRow {
   std::string kind;  // "prefill" | "layer" | "decode" | "resume"
@@ -43,4 +43,4 @@ std::string drift_table(const std::vector<DriftRow>& rows);  // readable summary
 // (log scale), and the per-layer drift at the largest N.
 std::string drift_svg(const std::vector<DriftRow>& rows, const std::string& title);
 
-}  // namespace ced::tools
+}  // namespace ced::prop

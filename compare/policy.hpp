@@ -31,7 +31,7 @@
 #include <string_view>
 #include <vector>
 
-#include "oracle/compare.hpp"
+#include "compare/compare.hpp"
 
 namespace ced {
 

@@ -1,5 +1,5 @@
 // docs/spec.md §8: tolerance policies (per-tensor rules with reasons) and verdicts.
-#include "oracle/policy.hpp"
+#include "compare/policy.hpp"
 
 #include <fmt/format.h>
 

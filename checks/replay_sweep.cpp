@@ -1,4 +1,4 @@
-#include "tools/replay_sweep.hpp"
+#include "checks/replay_sweep.hpp"
 
 #include <fmt/format.h>
 
@@ -9,10 +9,10 @@
 #include <set>
 
 #include "model/weights.hpp"
-#include "oracle/compare.hpp"
-#include "tools/common.hpp"
+#include "compare/compare.hpp"
+#include "backends/registry.hpp"
 
-namespace ced::tools {
+namespace ced::prop {
 namespace {
 
 void fill_metrics(DriftRow& row, const double* t, const double* r, int64_t n, bool logits) {
@@ -248,4 +248,4 @@ std::string drift_svg(const std::vector<DriftRow>& rows, const std::string& titl
   return s;
 }
 
-}  // namespace ced::tools
+}  // namespace ced::prop

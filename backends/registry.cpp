@@ -1,0 +1,98 @@
+#include "backends/registry.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "model/error.hpp"
+#include "reference/backend.hpp"
+#ifdef CED_HAVE_CUDA
+#include "optimized/cuda_backend.hpp"
+#endif
+
+namespace ced {
+namespace {
+
+#ifdef CED_HAVE_CUDA
+BackendFactory cuda_factory(CudaPrecision p) {
+  return [p](const Config& c, uint64_t seed) { return make_cuda_backend(c, seed, p); };
+}
+std::string cuda_device_reason() {
+  return cuda_device_available() ? std::string() : std::string("no CUDA device on this machine");
+}
+#endif
+
+std::vector<BackendEntry> build_table() {
+  std::vector<BackendEntry> t;
+  // The reference (reference/): the f64 one wrote the golden files, so the
+  // gate judges it bitwise (policy.toml); the f32 one under bounds scaled
+  // from the stored calibration (policy-calibrated.toml).
+  t.push_back({"reference", "f32", "policy-calibrated.toml", true, 4,
+               "the CPU reference model in f32 (reference/)",
+               [](const Config& c, uint64_t s) { return make_reference_backend(c, s, false); }, {}, ""});
+  t.push_back({"reference-f64", "f64", "policy.toml", false, 8,
+               "the CPU reference model in f64, the writer of the golden files (reference/)",
+               [](const Config& c, uint64_t s) { return make_reference_backend(c, s, true); }, {}, ""});
+  // The CUDA model (optimized/): on the device, so no host memory estimate.
+  const std::string cuda_off = "this build has no CUDA (configure with -DCED_ENABLE_CUDA=ON)";
+  BackendEntry cuda{"cuda", "f32", "policy-calibrated.toml", true, 0,
+                    "the optimized CUDA model, f32 throughout, cuBLAS without TF32 (optimized/)", {}, {}, cuda_off};
+  BackendEntry bf16{"cuda-bf16", "bf16", "policy-bf16.toml", true, 0,
+                    "the optimized CUDA model with bf16 projections and f32 accumulation (optimized/)", {}, {},
+                    cuda_off};
+#ifdef CED_HAVE_CUDA
+  cuda.factory = cuda_factory(CudaPrecision::F32);
+  bf16.factory = cuda_factory(CudaPrecision::BF16);
+  cuda.available = bf16.available = cuda_device_reason;
+  cuda.not_built = bf16.not_built = "";
+#endif
+  t.push_back(cuda);
+  t.push_back(bf16);
+  return t;
+}
+
+}  // namespace
+
+std::string BackendEntry::unavailable_reason() const {
+  if (!factory) return not_built.empty() ? "not built" : "not built: " + not_built;
+  return available ? available() : std::string();
+}
+
+const std::vector<BackendEntry>& backend_table() {
+  static const std::vector<BackendEntry> t = build_table();
+  return t;
+}
+
+std::vector<std::string> backend_names() {
+  std::vector<std::string> n;
+  for (const auto& e : backend_table()) n.push_back(e.name);
+  return n;
+}
+
+const BackendEntry& backend_entry(const std::string& name) {
+  for (const auto& e : backend_table())
+    if (e.name == name) return e;
+  std::string names;
+  for (const auto& n : backend_names()) names += (names.empty() ? "" : ", ") + n;
+  throw InputError(fmt::format("--backend: '{}' is not one of {}", name, names));
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const Config& c, uint64_t weight_seed) {
+  const BackendEntry& e = backend_entry(name);
+  if (const std::string why = e.unavailable_reason(); !why.empty())
+    throw NotSupported(fmt::format("backend {}: {}", name, why));
+  return e.factory(c, weight_seed);
+}
+
+void check_fits_in_memory(const Config& c, int64_t n_positions, const std::string& backend) {
+  const BackendEntry& e = backend_entry(backend);
+  if (e.host_bytes_per_value == 0) return;
+  const double need = estimate_run_bytes(c, n_positions, e.host_bytes_per_value);
+  const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (need > 0.8 * have)
+    throw InputError(fmt::format(
+        "config {}: a {} run of {} positions needs about {:.1f} GiB (weights and caches), this machine has {:.1f} GiB; "
+        "use `ced oracle --config {}` for its analytic figures",
+        c.name, backend, n_positions, need / (1 << 30), have / (1 << 30), c.name));
+}
+
+}  // namespace ced

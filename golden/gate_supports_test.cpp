@@ -1,0 +1,91 @@
+// The gate asks a backend before each run (Backend::supports) and lists what
+// it cannot do as not supported: never passed, never failed, never run.
+#include <gtest/gtest.h>
+
+#include "golden/golden_set.hpp"
+#include "model/error.hpp"
+#include "optimized/host_emulation.hpp"
+#include "reference/backend.hpp"
+
+using namespace ced;
+
+namespace {
+
+// reference-f64 that cannot resume: supports() says so, and run() throws
+// NotSupported if the gate runs a resume anyway (the slip this test catches).
+class NoResume final : public Backend {
+ public:
+  NoResume(const Config& c, uint64_t seed) : inner_(make_reference_backend(c, seed, true)) {}
+  std::string name() const override { return "reference-f64-no-resume"; }
+  std::string dtype() const override { return inner_->dtype(); }
+  std::string supports(const RunRequest& r) const override {
+    return r.mode == Mode::Resume ? "this test's backend does not resume" : "";
+  }
+  RunResult run(const RunRequest& r) override {
+    if (r.mode == Mode::Resume) throw NotSupported("run() reached with a resume request");
+    return inner_->run(r);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+};
+
+golden::GateOptions tiny_gate(const BackendEntry& e) {
+  golden::GateOptions g;
+  g.dir = golden::default_golden_dir();
+  g.backend = e.name;
+  g.entry = &e;
+  g.only = "tiny.h5";
+  g.quiet = true;
+  return g;
+}
+
+}  // namespace
+
+TEST(GateSupports, RunsABackendRefusesAreListedAsNotSupportedAndTheRestAreJudged) {
+  const BackendEntry e{"reference-f64-no-resume", "f64", "policy.toml", false, 8, "test only",
+                       [](const Config& c, uint64_t s) { return std::make_unique<NoResume>(c, s); }, {}, ""};
+  const auto rep = golden::run_gate(tiny_gate(e));
+  ASSERT_EQ(rep.not_supported.size(), 1u);
+  EXPECT_EQ(rep.not_supported[0].run, "resume");
+  EXPECT_EQ(rep.not_supported[0].why, "this test's backend does not resume");
+  EXPECT_TRUE(rep.failures.empty()) << rep.failures[0].run << ": " << rep.failures[0].what;
+  EXPECT_EQ(rep.runs, 5);
+  EXPECT_EQ(rep.passed, 4);
+}
+
+// The CUDA model (here its host build, the same forward pass) has no fault
+// injection: a faulted gate runs none of its runs and fails none.
+TEST(GateSupports, CudaModelListsEveryFaultedRunAsNotSupported) {
+  const BackendEntry e{"cuda-host", "f32", "policy-calibrated.toml", true, 0, "test only",
+                       [](const Config& c, uint64_t s) { return make_cuda_host_backend(c, s); }, {}, ""};
+  auto g = tiny_gate(e);
+  g.fault = Fault::WindowOffByOne;
+  const auto rep = golden::run_gate(g);
+  EXPECT_EQ(rep.runs, 5);
+  EXPECT_EQ(rep.passed, 0);
+  EXPECT_TRUE(rep.failures.empty());
+  ASSERT_EQ(rep.not_supported.size(), 5u);
+  EXPECT_NE(rep.not_supported[0].why.find("fault injection"), std::string::npos) << rep.not_supported[0].why;
+}
+
+TEST(GateSupports, CudaModelRefusesFaultsAndTheProbeBeforeRunningAndRunThrowsTheSameReason) {
+  const Config c = builtin_config("tiny");
+  auto be = make_cuda_host_backend(c, 1);
+  RunRequest r;
+  r.n_prompt = 4;
+  r.tokens = {1, 2, 3, 4};
+  EXPECT_EQ(be->supports(r), "");
+  r.poison_truncated = true;
+  EXPECT_NE(be->supports(r).find("poison_truncated"), std::string::npos);
+  r.poison_truncated = false;
+  r.fault = Fault::SinkDropped;
+  const std::string why = be->supports(r);
+  ASSERT_FALSE(why.empty());
+  try {
+    be->run(r);
+    FAIL() << "run() of a faulted request succeeded";
+  } catch (const NotSupported& e) {
+    EXPECT_EQ(std::string(e.what()), why);
+  }
+}
