@@ -1,5 +1,5 @@
 #pragma once
-// The golden set (docs/spec.md §9, issue "golden tensors"): which configs, seeds and
+// The golden set (docs/spec.md §9): which configs, seeds and
 // runs the committed files hold, how a stored run turns back into a request,
 // and the gate that reruns them.
 #include <filesystem>

@@ -1,4 +1,4 @@
-// Tests of the tests (issue "the judge, proven", item 3): every check of the
+// Tests of the tests: every check of the
 // property library, fed a planted difference in each thing it compares, must
 // fail. The plants go in through a Backend wrapper (plant.hpp) at the results
 // of one kind of run the check makes: one ulp in one logit or one layer

@@ -1,5 +1,5 @@
 #pragma once
-// Planted differences for the tests of the checks (issue "the judge, proven",
+// Planted differences for the tests of the checks (
 // item 3): a Backend wrapper that changes one thing in the results of the runs
 // a plant selects, so that a check fed the plant must fail. A plant that is
 // never applied (its run never happens) or cannot be applied (nothing there to

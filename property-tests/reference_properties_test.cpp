@@ -1,4 +1,4 @@
-// docs/spec.md §3 invariants and §5 decode, on the reference model (issue 2).
+// docs/spec.md §3 invariants and §5 decode, on the reference model.
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <rapidcheck/gtest.h>

@@ -1,5 +1,5 @@
 #pragma once
-// Planted differences (issue "the judge, proven"): from a valid run set,
+// Planted differences: from a valid run set,
 // derive variants that differ from it in exactly one way, so a test can ask
 // whether the judge (oracle/run_compare, oracle/policy, `ced diff`, `ced gate`)
 // sees that one difference, at the place where it was planted.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A small source-mutation tool for the judge (issue 9, item 6).
+"""A small source-mutation tool for the judge (docs/mutation.md).
 
 No packaged C++ mutation tool exists for this toolchain, so this one works on
 tokens: a C++ lexer that knows comments, string/char/raw literals and
