@@ -1,8 +1,9 @@
 #pragma once
 // Planted differences for the tests of the checks: a Backend wrapper that
 // changes one thing in the results of the runs a plant selects, so that a
-// check fed the plant must fail. A plant that is never applied (its run never happens) or cannot be applied (nothing there to
-// change) is reported as such, never as a pass.
+// check fed the plant must fail. A plant that is never applied (its run
+// never happens) or cannot be applied (nothing there to change) is reported
+// as such, never as a pass.
 #include <cmath>
 #include <functional>
 #include <limits>
