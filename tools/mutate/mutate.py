@@ -929,9 +929,15 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.cmd == "run":
         if not args.stage:
-            # The default tier without the fuzzer corpora and this tool's own self-test, cheap tests first.
-            skip = "-E '^(fuzz|mutate)\\.'"
-            args.stage = [f"-L smoke -LE long {skip}", f"-LE 'long|smoke' {skip}"]
+            # The default tier without the fuzzer corpora and this tool's own self-test, cheap tests first:
+            # the smoke unit tests; then the tests of the command line, the judge and the loaders (seconds
+            # each, and where most mutants of the judge die); then the rest (property suites, gates).
+            judge = ("^(CliInput|Cli|CacheIn|CommandLine|RunCommand|BenchCommand|SpansCommand|OracleCommand|"
+                     "ReplayErrorCommand|ReplaySweep|RunRequest|RunDiffReport|DiffRuns|Isolation|JudgePlant|"
+                     "JudgePlantCli|Gate|GateSupports|GoldenCalibration|fuzz\\.hdf5-crash)")
+            args.stage = [f"-L smoke -LE long -E '^(fuzz|mutate)\\.'",
+                          f"-LE 'long|smoke' -R '{judge}'",
+                          f"-LE 'long|smoke' -E '{judge}|^(fuzz|mutate)\\.'"]
         if args.out is None:
             args.out = str(Path(args.build) / "mutation")
         if args.count <= 0:
