@@ -8,7 +8,9 @@
 // zero; the tour judges nothing else (the gate does).
 //
 // Exit 0 when every run finished with sane logits, 1 otherwise, 77 with
-// "SKIP: no CUDA device" without a device.
+// "SKIP: no CUDA device" without a device. Built with CED_CUDA_HOST_EMULATION
+// it takes the host emulation of the same backend instead (CTest, default
+// tier): the tour itself is then proven to run before a GPU ever sees it.
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -19,14 +21,22 @@
 #include "model/run.hpp"
 #include "model/weights.hpp"
 #include "optimized/cuda_backend.hpp"
+#ifdef CED_CUDA_HOST_EMULATION
+#include "optimized/host_emulation.hpp"
+#endif
 
 using namespace ced;
 
 int main() {
+#ifdef CED_CUDA_HOST_EMULATION
+  const auto make_backend = make_cuda_host_backend;
+#else
   if (!cuda_device_available()) {
     std::printf("SKIP: no CUDA device\n");
     return 77;
   }
+  const auto make_backend = make_cuda_backend;
+#endif
   const Config c = builtin_config("tiny");
   const Plan p = make_plan(c);
   const int64_t W = p.W, N = 3 * p.exact_replay() + 1, K = 3;
@@ -34,7 +44,7 @@ int main() {
   for (const CudaPrecision prec : {CudaPrecision::F32, CudaPrecision::BF16}) {
     std::unique_ptr<Backend> be;
     try {
-      be = make_cuda_backend(c, 1, prec);
+      be = make_backend(c, 1, prec);
     } catch (const std::exception& e) {
       std::printf("FAIL %s: %s\n", cuda_precision_name(prec), e.what());
       ++failures;
