@@ -234,6 +234,35 @@ TEST_F(CacheIn, CacheOfAnotherPromptIsRefusedNamingTheFirstDifferentToken) {
   EXPECT_NE(r.err.find("(token seed 0 in the cache, 1 in this run)"), std::string::npos) << r.err;
 }
 
+// Every prefix token is compared, the last one (P - 1) too: a cache whose
+// recorded prompt differs from the run's only at position 5 of 6 is refused.
+TEST_F(CacheIn, CacheWhosePromptDiffersOnlyInTheLastPrefixTokenIsRefused) {
+  const fs::path other = scratch() / "last-token.cache.h5";
+  fs::copy_file(cache(), other, fs::copy_options::overwrite_existing);
+  hid_t f = H5Fopen(other.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  hid_t d = H5Dopen2(f, "/inputs/tokens", H5P_DEFAULT);
+  ASSERT_GE(d, 0);
+  std::vector<int32_t> tokens(6);
+  ASSERT_GE(H5Dread(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()), 0);
+  tokens[5] = (tokens[5] + 1) % 97;  // tiny's vocabulary
+  ASSERT_GE(H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()), 0);
+  // An explicit prompt (not the token seed's), so the loader takes it as written and the run's
+  // identity check is the one that must refuse it.
+  hid_t a = H5Aopen(d, "tokens_explicit", H5P_DEFAULT);
+  ASSERT_GE(a, 0);
+  const int64_t yes = 1;
+  ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &yes), 0);
+  H5Aclose(a);
+  H5Dclose(d);
+  H5Fclose(f);
+  expect_refused("run --config tiny --mode resume --tokens 12 --prefix 6 --cache-in " + other.string() + out("x.h5"),
+                 "was computed from another prompt: token");
+  // ... and names position 5, the only one that differs
+  const Result r = run_ced("run --config tiny --mode resume --tokens 12 --prefix 6 --cache-in " + other.string() + out("x.h5"));
+  EXPECT_NE(r.err.find("at position 5 is"), std::string::npos) << r.err;
+}
+
 TEST_F(CacheIn, CacheOfAnotherPrefixLengthIsRefused) {
   expect_refused(resume("--tokens 12 --prefix 5"), "holds a prefix of 6 tokens, --prefix is 5");
 }
