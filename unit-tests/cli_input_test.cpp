@@ -151,7 +151,9 @@ TEST(CliInput, WordOptionsAcceptOnlyTheirWords) {
   expect_refused("run --config tiny --tokens 5 --mode cedx" + out("g.h5"), "--mode");
   expect_refused("run --config tiny --tokens 5 --capture layersx" + out("g.h5"), "--capture");
   expect_refused("run --config tiny --tokens 5 --logits lastx" + out("g.h5"), "--logits");
-  expect_refused("run --config tiny --tokens 5 --backend referencex" + out("g.h5"), "--backend");
+  // a wrong backend name is refused while parsing, listing every name of the registry
+  expect_refused("run --config tiny --tokens 5 --backend referencex" + out("g.h5"),
+                 "--backend: 'referencex' is not one of reference, reference-f64, cuda, cuda-bf16");
   expect_refused("gate --backend reference-f64x", "--backend: 'reference-f64x' is not one of");
   expect_refused("bench --config tiny --backend reference --backend cudax", "--backend");
   expect_refused("replay-error --config tiny --backend nope" + out("re"), "--backend");
