@@ -531,6 +531,13 @@ TEST_F(IoTest, InconsistentRunFilesAreRefusedOnWrite) {
        },
        "SWA-only"},
       {"invalid config", [](RunFile& f) { f.config.n_encoder_layers = 0; }, "n_encoder_layers"},
+      // a resume run's prefix P lies in [0, N]: both ends, just outside
+      {"resume without a prefix",
+       [](RunFile& f) { f.runs[1].result.mode = Mode::Resume; f.runs[1].result.prefix_len = -1; },
+       "prefix_len -1 is outside [0, n_prompt = 7]"},
+      {"resume prefix past the prompt",
+       [](RunFile& f) { f.runs[1].result.mode = Mode::Resume; f.runs[1].result.prefix_len = 8; },
+       "prefix_len 8 is outside [0, n_prompt = 7]"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -539,6 +546,15 @@ TEST_F(IoTest, InconsistentRunFilesAreRefusedOnWrite) {
     const std::string msg = input_error([&] { write_run_file(path("x.h5"), f); });
     EXPECT_NE(msg.find(c.expect), std::string::npos) << msg;
     EXPECT_TRUE(dir_entries().empty());
+  }
+}
+
+TEST_F(IoTest, ResumeRunsWithPrefixAtEitherEndOfTheirRangeAreWritten) {
+  for (const int64_t P : {int64_t(0), int64_t(7)}) {
+    RunFile f = two_run_file();
+    f.runs[1].result.mode = Mode::Resume;
+    f.runs[1].result.prefix_len = P;
+    EXPECT_NO_THROW(write_run_file(path("resume.h5"), f)) << "P = " << P;
   }
 }
 
