@@ -223,6 +223,13 @@ TEST(CommandLine, UnknownCommandIsNamedWithTheListOfCommands) {
                    "replay-error, golden, bench)\n");
 }
 
+// `ced` alone: no command to look up (argv[1] does not exist), a usage error, never a crash.
+TEST(CommandLine, NoArgumentsIsAUsageErrorNotACrash) {
+  const Result r = run_ced("");
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_EQ(r.err, "ced: error: A subcommand is required (see ced --help)\n");
+}
+
 TEST(CommandLine, BadOptionOfAKnownCommandIsNotAnUnknownCommand) {
   for (const char* args : {"oracle --config tiny --frobnicate", "--frobnicate"}) {
     const Result r = run_ced(args);
