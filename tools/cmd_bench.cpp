@@ -6,24 +6,13 @@
 
 #include <thread>
 
+#include "compare/compare.hpp"  // json_string
 #include "model/error.hpp"
 #include "model/weights.hpp"
 #include "oracle/analytic.hpp"
 #include "tools/common.hpp"
 
 namespace ced::tools {
-namespace {
-// A string as a JSON string literal (quotes, backslashes and control characters escaped).
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (static_cast<unsigned char>(ch) < 0x20) out += fmt::format("\\u{:04x}", int(ch));
-    else out += ch;
-  }
-  return out + '"';
-}
-}  // namespace
 
 Runner add_bench(CLI::App& app) {
   struct Opts {

@@ -178,6 +178,30 @@ TEST(BenchCommand, PrintsEachPhaseAndTheOracleRatio) {
       << r.out;
 }
 
+// --json: every phase of a backend that ran, with seconds x tokens/s = the
+// phase's tokens (8 prompt tokens each prefill, 2 decode steps), and every
+// backend that could not run with its reason.
+TEST(BenchCommand, JsonHoldsEveryPhaseAndWhatCouldNotRun) {
+  const fs::path j = scratch() / "bench.json";
+  const Result r = run_ced("bench --config tiny --tokens 8 --decode 2 --backend reference --backend cuda-bf16 --json " +
+                           j.string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const std::string s = slurp(j.string());
+  EXPECT_EQ(s.rfind("{\"config\": \"tiny\", \"n_prompt\": 8, \"decode\": 2,", 0), 0u) << s;
+  for (const auto& [phase, tokens] : {std::pair{"prefill-full", 8}, {"prefill-ced", 8}, {"decode", 2}}) {
+    const std::string key = fmt::format("\"backend\": \"reference\", \"phase\": \"{}\", \"seconds\": ", phase);
+    const size_t at = s.find(key);
+    ASSERT_NE(at, std::string::npos) << phase << "\n" << s;
+    double secs = 0, tps = 0;
+    ASSERT_EQ(std::sscanf(s.c_str() + at + key.size(), "%lf, \"tokens_per_s\": %lf", &secs, &tps), 2) << s;
+    // both printed to 6 significant digits: the product is the token count within 1e-5
+    EXPECT_NEAR(secs * tps, tokens, tokens * 1e-5) << phase << "\n" << s;
+  }
+  EXPECT_NE(s.find("\"not_supported\": [{\"backend\": \"cuda-bf16\", \"why\": \"backend cuda-bf16: "),
+            std::string::npos)
+      << s;
+}
+
 TEST(BenchCommand, NoDecodeRowWithoutDecodeSteps) {
   const Result r = run_ced("bench --config tiny --tokens 8 --decode 0");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
