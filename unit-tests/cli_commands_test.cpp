@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -188,15 +189,22 @@ TEST(BenchCommand, JsonHoldsEveryPhaseAndWhatCouldNotRun) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const std::string s = slurp(j.string());
   EXPECT_EQ(s.rfind("{\"config\": \"tiny\", \"n_prompt\": 8, \"decode\": 2,", 0), 0u) << s;
+  std::map<std::string, double> gflop;
   for (const auto& [phase, tokens] : {std::pair{"prefill-full", 8}, {"prefill-ced", 8}, {"decode", 2}}) {
     const std::string key = fmt::format("\"backend\": \"reference\", \"phase\": \"{}\", \"seconds\": ", phase);
     const size_t at = s.find(key);
     ASSERT_NE(at, std::string::npos) << phase << "\n" << s;
-    double secs = 0, tps = 0;
-    ASSERT_EQ(std::sscanf(s.c_str() + at + key.size(), "%lf, \"tokens_per_s\": %lf", &secs, &tps), 2) << s;
+    double secs = 0, tps = 0, g = 0;
+    ASSERT_EQ(std::sscanf(s.c_str() + at + key.size(), "%lf, \"tokens_per_s\": %lf, \"gflop\": %lf", &secs, &tps, &g),
+              3)
+        << s;
     // both printed to 6 significant digits: the product is the token count within 1e-5
     EXPECT_NEAR(secs * tps, tokens, tokens * 1e-5) << phase << "\n" << s;
+    gflop[phase] = g;
   }
+  // the decode row counts the 2 decode steps only, not the ced prefill before them
+  EXPECT_LT(gflop["decode"], gflop["prefill-ced"]) << s;
+  EXPECT_LT(gflop["prefill-ced"], gflop["prefill-full"]) << s;
   EXPECT_NE(s.find("\"not_supported\": [{\"backend\": \"cuda-bf16\", \"why\": \"backend cuda-bf16: "),
             std::string::npos)
       << s;
