@@ -35,9 +35,7 @@ Runner add_replay_error(CLI::App& app) {
             const Config c = o->model.load();
             o->sweep.weight_seed = o->model.weight_seed;
             o->sweep.token_seed = o->model.token_seed;
-            for (int64_t n : o->sweep.lengths)
-              if (n < 1) throw InputError(fmt::format("--tokens: N must be >= 1 (got {})", n));
-            if (o->sweep.decode < 1) throw InputError("--decode: must be >= 1 for the decode drift");
+            // --tokens and --decode are >= 1 by their grammar (integer_in above).
             // Fail on an unwritable prefix before minutes of work.
             const std::string probe = fmt::format("{}.probe.{}", o->out, ::getpid());
             write_text_atomically(probe, "");
