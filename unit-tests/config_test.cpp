@@ -75,6 +75,11 @@ TEST(Validation, NamesTheOffendingKey) {
   // the message gives both numbers, each in its place
   EXPECT_NE(error_of(c).find("o_groups: must divide n_heads = 4 (got 3)"), std::string::npos) << error_of(c);
   c = builtin_config("tiny");
+  // layer 1 (r = 2) lies below the first kv source once that is layer 4 (E): named, never indexed at -1
+  c.kv_source_layers = {4};
+  EXPECT_NE(error_of(c).find("kv_source_layers: layer 1 has r = 2 but no kv source at or below it"), std::string::npos)
+      << error_of(c);
+  c = builtin_config("tiny");
   c.rope_dim = 7;
   EXPECT_NE(error_of(c).find("rope_dim"), std::string::npos);
   c = builtin_config("tiny");
