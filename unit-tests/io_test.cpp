@@ -672,6 +672,28 @@ TEST_F(IoTest, MissingAttributeIsNamed) {
   EXPECT_NE(msg.find("/runs/full-f32: attribute 'replay_start' is missing"), std::string::npos) << msg;
 }
 
+// A number stored as text is named as such, not merely as unreadable.
+TEST_F(IoTest, TextWhereANumberBelongsIsNamed) {
+  write_run_file(path("a.h5"), two_run_file());
+  {
+    RawFile raw(path("a.h5"));
+    ASSERT_GE(H5Adelete_by_name(raw.id(), "/config", "rms_eps", H5P_DEFAULT), 0);
+    hid_t type = H5Tcopy(H5T_C_S1);
+    ASSERT_GE(H5Tset_size(type, 5), 0);
+    hid_t space = H5Screate(H5S_SCALAR);
+    hid_t obj = H5Oopen(raw.id(), "/config", H5P_DEFAULT);
+    hid_t a = H5Acreate2(obj, "rms_eps", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(a, 0);
+    ASSERT_GE(H5Awrite(a, type, "1e-6"), 0);
+    H5Aclose(a);
+    H5Oclose(obj);
+    H5Sclose(space);
+    H5Tclose(type);
+  }
+  const std::string msg = input_error([&] { read_run_file(path("a.h5")); });
+  EXPECT_NE(msg.find("/config: attribute 'rms_eps' is not a number"), std::string::npos) << msg;
+}
+
 TEST_F(IoTest, ConfigReadBackIsValidated) {
   write_run_file(path("v.h5"), two_run_file());
   {
