@@ -102,6 +102,8 @@ TEST(OracleCommand, JsonIsTheLibrarysTableForTheGivenLengthsAndPrefix) {
   const Result r = run_ced("oracle --config tiny --tokens 40 100 --prefix 9 --json");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, oracle_table_json(oracle_table(c, {40, 100}, 9)) + "\n");
+  // and the library's JSON itself is plain: the config's name as written, unescaped where nothing needs it
+  EXPECT_EQ(r.out.rfind("{\n  \"config\": \"tiny\",\n", 0), 0u) << r.out;
 }
 
 TEST(OracleCommand, DefaultsAreThreeLengthsAndPrefixFourW) {
