@@ -111,6 +111,9 @@ TEST(OracleCommand, DefaultsAreThreeLengthsAndPrefixFourW) {
   const Result r = run_ced("oracle --config tiny");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, format_oracle_table(oracle_table(c, {256, 32768, 1000000}, 4 * c.window)));
+  // the cone's rows read k, then the layer E + k, then B_k = 1 + (k+1)(W-1): tiny has E = 4, W = 4
+  EXPECT_NE(r.out.find("     k  layer      B_k\n     0      4        4\n     1      5        7\n"), std::string::npos)
+      << r.out;
 }
 
 TEST(SpansCommand, OracleColumnIsThePlansSpans) {
