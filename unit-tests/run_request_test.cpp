@@ -10,6 +10,7 @@
 #include "model/error.hpp"
 #include "model/plan.hpp"
 #include "model/run.hpp"
+#include "model/schedule.hpp"
 #include "model/weights.hpp"
 
 using namespace ced;
@@ -111,4 +112,36 @@ TEST(RunRequest, EachInconsistentRequestIsRefusedWithItsRule) {
   RunRequest tok = request(Mode::Full, "none", 6);
   tok.tokens[2] = int32_t(c.vocab_size);
   EXPECT_NE(input_error([&] { validate_request(c, tok); }), "");
+}
+
+// check_cache (model/schedule.hpp): a cache of the wrong shape is refused,
+// naming the layer, the matrix, its shape and the shape it must have.
+TEST(CacheCheck, WrongShapeIsNamedWithTheShapeItMustHave) {
+  const Config c = builtin_config("tiny");
+  const Plan p = make_plan(c);
+  const int64_t P = 6;
+  ced::PersistedCache cache;
+  cache.prefix_len = P;
+  cache.dtype = "f64";
+  for (const int64_t l : c.kv_source_layers) {
+    ced::SourceCache sc;
+    sc.layer = l;
+    sc.ratio = c.compress_ratios[size_t(l)];
+    sc.n_tokens = P;
+    const int64_t ne = P / sc.ratio, np = sc.ratio >= 2 ? P % sc.ratio : 0;
+    sc.entries = ced::MatD::Zero(ne, c.head_dim);
+    sc.index_keys = ced::MatD::Zero(ne, c.index_head_dim);
+    sc.pending_c = ced::MatD::Zero(np, c.head_dim);
+    sc.pending_z = ced::MatD::Zero(np, c.head_dim);
+    cache.sources.push_back(sc);
+  }
+  EXPECT_NO_THROW(ced::check_cache(c, p, cache, P));
+  // tiny: layer 1 has r = 2, so a prefix of 6 holds 3 entries of head_dim 16
+  cache.sources[0].entries = ced::MatD::Zero(2, c.head_dim);
+  try {
+    ced::check_cache(c, p, cache, P);
+    ADD_FAILURE() << "a cache with 2 entries where 3 belong was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 1 entries: [2, 16], expected [3, 16]"), std::string::npos) << e.what();
+  }
 }
