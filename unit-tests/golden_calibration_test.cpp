@@ -107,6 +107,9 @@ TEST(GoldenCalibration, GateRefusesAMissingMalformedOrStaleCalibration) {
   EXPECT_NE(message().find("ced golden calibrate"), std::string::npos) << message();  // missing
   write_text(dir / golden::kCalibrationFile, "[[file]]\nname = \"tiny.h5\"\nbytes = 1\n");
   EXPECT_NE(message().find("calibration.toml:"), std::string::npos) << message();  // malformed
+  // each of the four keys of a [[file]] is required on its own: here only the hash is missing
+  write_text(dir / golden::kCalibrationFile, "[[file]]\nname = \"tiny.h5\"\nbytes = 1\ntensors = []\n");
+  EXPECT_NE(message().find("a [[file]] needs name, bytes, fnv1a64 and tensors"), std::string::npos) << message();
   // Every tensor of the real file, but measured on other bytes.
   auto cal = golden::read_golden_calibration(golden::default_golden_dir());
   cal.files.at("tiny.h5").fnv1a64 ^= 1;
