@@ -104,6 +104,10 @@ TEST(OracleCommand, JsonIsTheLibrarysTableForTheGivenLengthsAndPrefix) {
   EXPECT_EQ(r.out, oracle_table_json(oracle_table(c, {40, 100}, 9)) + "\n");
   // and the library's JSON itself is plain: the config's name as written, unescaped where nothing needs it
   EXPECT_EQ(r.out.rfind("{\n  \"config\": \"tiny\",\n", 0), 0u) << r.out;
+  // --prefix 0 is a prefix of 0, not "the default"
+  const Result r0 = run_ced("oracle --config tiny --tokens 40 --prefix 0 --json");
+  ASSERT_EQ(r0.code, 0) << r0.err;
+  EXPECT_EQ(r0.out, oracle_table_json(oracle_table(c, {40}, 0)) + "\n");
 }
 
 TEST(OracleCommand, DefaultsAreThreeLengthsAndPrefixFourW) {
