@@ -101,3 +101,13 @@ TEST(RunDiffReport, UnknownBackendListsEveryBackend) {
     EXPECT_EQ(std::string(e.what()), "--backend: 'frobnicate' is not one of reference, reference-f64, cuda, cuda-bf16");
   }
 }
+
+// Without -v a passing layer tensor is not listed, layer 0 included; with -v every one is.
+TEST(RunDiffReport, PassingLayerTensorsAreListedOnlyWhenVerbose) {
+  const RunDiff d = diff_runs("full", f32_run(), f32_run(), exact_policy());
+  ASSERT_TRUE(d.pass());
+  const std::string quiet = format_run_diff(d, false), verbose = format_run_diff(d, true);
+  EXPECT_EQ(quiet.find("layers/0/"), std::string::npos) << quiet;
+  EXPECT_EQ(quiet.find("layers/1/"), std::string::npos) << quiet;
+  EXPECT_NE(verbose.find("layers/0/out"), std::string::npos) << verbose;
+}
