@@ -14,10 +14,6 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
 "$venv/bin/python" -c 'import scikit_build_core' 2>/dev/null ||
   "$venv/bin/pip" install -q --disable-pip-version-check 'scikit-build-core>=0.8'
-if command -v ccache >/dev/null 2>&1; then
-  # No directory in the hash: the objects build/ compiled with the same flags are reused.
-  export CMAKE_ARGS="${CMAKE_ARGS:-} -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" CCACHE_NOHASHDIR=1
-fi
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 start=$(date +%s)
 "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation "$root/python"
