@@ -441,7 +441,7 @@ SelectionCompare compare_selections(std::span<const int64_t> t, std::span<const 
       if (scores) {
         d.score = scores->score(p, entry);
         const double g = std::fabs(d.score - kth);
-        if (!std::isnan(g)) d.gap = g;
+        if (!std::isnan(g) && (!scores->tie_possible || scores->tie_possible(p, entry, in_t))) d.gap = g;
         d.near_tie = d.gap <= c.near_tie;
         if (d.near_tie) ++c.near_ties;
         else ++c.real_disagreements;

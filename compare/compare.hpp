@@ -172,13 +172,18 @@ struct SelectionScores {
   // score among the entries the reference selected in that row; a row the
   // reference left empty has no boundary (every differing entry is real).
   std::function<double(int64_t row)> kth_score;
+  // Whether a tie can explain a differing entry at all; when empty, always.
+  // Files (docs/spec.md §8.3): not when the side that left the entry out left
+  // nothing out (the entry was never its candidate); such an entry is real.
+  std::function<bool(int64_t row, int64_t entry, bool in_t)> tie_possible;
 };
 
 struct DifferingEntry {
   int64_t row = 0;
   int64_t entry = 0;
   bool in_t = false;       // selected by t only (else by r only)
-  double score = 0;        // reference score (NaN without scores)
+  double score = 0;        // reference score (NaN without scores; between files, estimated for an
+                           // entry the reference left out: docs/spec.md §8.3)
   double gap = 0;          // |score - kth score|; +Inf when undefined (NaN score, no boundary)
   bool near_tie = false;   // gap <= near_tie
 };

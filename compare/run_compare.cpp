@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "model/error.hpp"
@@ -49,6 +51,50 @@ void check_ascending(const std::vector<int64_t>& pos, const std::string& what) {
       throw InputError(fmt::format("{}: positions are not strictly ascending at index {} ({} after {})", what, i,
                                    pos[i], pos[i - 1]));
 }
+
+// docs/spec.md §8.3 near-ties between two stored selections: what each side
+// stored (§9.1) at the rows both have.
+struct ScoredRows {
+  int64_t k = 0;
+  std::vector<int64_t> t_ids, r_ids;            // [P, k]
+  std::vector<double> t_scores, r_scores;       // [P, k]
+  std::vector<double> r_kth, t_left, r_left;    // [P]
+
+  void add(const LayerCapture& t, int64_t ti, const LayerCapture& r, int64_t ri) {
+    auto put = [](auto& v, const auto& row) { v.insert(v.end(), row.data(), row.data() + row.size()); };
+    put(t_ids, t.topk.row(ti));
+    put(r_ids, r.topk.row(ri));
+    put(t_scores, t.topk_scores.row(ti));
+    put(r_scores, r.topk_scores.row(ri));
+    r_kth.push_back(r.kth_score[size_t(ri)]);
+    t_left.push_back(t.left_out_score[size_t(ti)]);
+    r_left.push_back(r.left_out_score[size_t(ri)]);
+  }
+  // The score `ids` (one side's row) stored for `entry`; NaN if not chosen there.
+  double score_in(const std::vector<int64_t>& ids, const std::vector<double>& scores, int64_t row,
+                  int64_t entry) const {
+    for (int64_t x = row * k; x < (row + 1) * k; ++x)
+      if (ids[size_t(x)] == entry) return scores[size_t(x)];
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  // The reference's score of an entry: stored when the reference chose it;
+  // else not stored, but at most its best left-out score, and estimated as
+  // the smaller of that and the test's own score of it.
+  SelectionScores scores() const {
+    SelectionScores s;
+    s.score = [this](int64_t row, int64_t entry) {
+      const double r = score_in(r_ids, r_scores, row, entry);
+      if (!std::isnan(r)) return r;
+      const double t = score_in(t_ids, t_scores, row, entry), bound = r_left[size_t(row)];
+      return std::isnan(t) ? bound : std::min(bound, t);  // NaN bound (nothing left out) stays NaN
+    };
+    s.kth_score = [this](int64_t row) { return r_kth[size_t(row)]; };
+    s.tie_possible = [this](int64_t row, int64_t, bool in_t) {
+      return !std::isnan(in_t ? r_left[size_t(row)] : t_left[size_t(row)]);
+    };
+    return s;
+  }
+};
 
 bool bits_equal(const std::vector<double>& a, const std::vector<double>& b) {
   // data() of an empty vector may be null, which memcmp must not get.
@@ -198,6 +244,9 @@ RunDiff diff_runs(const std::string& run, const RunResult& t, const RunResult& r
       // rows at shared positions (the positions are out's; align_rows above
       // reported any that differ)
       std::vector<int64_t> ta, tb;
+      const bool scored = a.has_scores && b.has_scores;
+      ScoredRows sr;
+      sr.k = a.topk.cols();
       std::map<int64_t, int64_t> ib;
       for (size_t i = 0; i < b.positions.size(); ++i) ib[b.positions[i]] = int64_t(i);
       for (size_t i = 0; i < a.positions.size(); ++i) {
@@ -206,9 +255,17 @@ RunDiff diff_runs(const std::string& run, const RunResult& t, const RunResult& r
         sel.positions.push_back(a.positions[i]);
         ta.insert(ta.end(), a.topk.row(int64_t(i)).data(), a.topk.row(int64_t(i)).data() + a.topk.cols());
         tb.insert(tb.end(), b.topk.row(it->second).data(), b.topk.row(it->second).data() + b.topk.cols());
+        if (scored) sr.add(a, int64_t(i), b, it->second);
       }
+      if (!scored)
+        sel.near_tie_untested = fmt::format("the {} has no index scores (a version-1 file)",
+                                            !a.has_scores && !b.has_scores ? "run under test and the reference"
+                                            : !a.has_scores                ? "run under test"
+                                                                           : "reference");
       const std::vector<int64_t> shape2 = {int64_t(sel.positions.size()), a.topk.cols()};
-      sel.comparison.selection = compare_selections(ta, tb, shape2, policy.thresholds_for(sel.name));
+      const SelectionScores scores = sr.scores();
+      sel.comparison.selection =
+          compare_selections(ta, tb, shape2, policy.thresholds_for(sel.name), scored ? &scores : nullptr);
       sel.verdict = judge(policy, sel.name, sel.comparison);
       sel.bitwise_equal = ta == tb;
       sel_fail = !sel.verdict.pass;
@@ -253,6 +310,17 @@ std::string format_run_diff(const RunDiff& d, bool verbose) {
                                  : "-";
       s += fmt::format("  {:<34} {:>6} jaccard mean {:.4f} min {:.4f} (position {}), {} differing entries\n",
                        short_name, t.verdict.pass ? "ok" : "FAIL", c.mean_jaccard, c.min_jaccard, at, c.differing);
+      // docs/spec.md §8.3: each differing entry a near-tie or a real disagreement
+      if (c.scored && c.differing > 0) {
+        s += fmt::format("  {:<34} {:>6} {} near-ties, {} real disagreements (near_tie {:g})", "", "", c.near_ties,
+                         c.real_disagreements, c.near_tie);
+        if (c.worst_gap_row >= 0 && size_t(c.worst_gap_row) < t.positions.size())
+          s += fmt::format("; worst gap {:.6g} at position {}, entry {}", c.worst_gap,
+                           t.positions[size_t(c.worst_gap_row)], c.worst_gap_entry);
+        s += "\n";
+      } else if (c.differing > 0) {
+        s += fmt::format("  {:<34} {:>6} near-tie test not possible: {}\n", "", "", t.near_tie_untested);
+      }
     } else if (t.comparison.tensor) {
       const auto& c = *t.comparison.tensor;
       const std::string where =
@@ -271,6 +339,18 @@ std::string format_run_diff(const RunDiff& d, bool verbose) {
       s += fmt::format("      worst: {}, {}\n", t.name, t.worst());
       for (const auto& line : t.verdict.lines()) s += fmt::format("      {}\n", line);
     }
+  }
+  // Passing selections that differ are said even without -v: how their
+  // differences were classified (docs/spec.md §8.3), or that they could not be.
+  for (const auto& t : d.tensors) {
+    if (verbose || !t.verdict.pass || !t.comparison.selection || t.comparison.selection->differing == 0) continue;
+    const auto& c = *t.comparison.selection;
+    if (c.scored)
+      s += fmt::format("  {}: {} differing entries: {} near-ties, {} real disagreements (near_tie {:g})\n", t.name,
+                       c.differing, c.near_ties, c.real_disagreements, c.near_tie);
+    else
+      s += fmt::format("  {}: {} differing entries; near-tie test not possible: {}\n", t.name, c.differing,
+                       t.near_tie_untested);
   }
   if (d.first_divergent_layer >= 0)
     s += fmt::format("  first divergent layer (over tolerance): {}\n", d.first_divergent_layer);
@@ -295,6 +375,7 @@ std::string run_diffs_json(const std::vector<RunDiff>& diffs) {
       if (t.comparison.tensor) s += ", \"metrics\": " + to_json(*t.comparison.tensor);
       if (t.comparison.logits) s += ", \"logits\": " + to_json(*t.comparison.logits);
       if (t.comparison.selection) s += ", \"selection\": " + to_json(*t.comparison.selection);
+      if (!t.near_tie_untested.empty()) s += ", \"near_tie_untested\": " + json_string(t.near_tie_untested);
       s += "}";
     }
     s += "]}";

@@ -20,6 +20,9 @@ struct TensorDiff {
   Verdict verdict;
   bool bitwise_equal = false;
   std::vector<int64_t> positions;  // position of each compared row
+  // Selections: why §8.3's near-tie test was not possible ("" when it was,
+  // or for other tensors): a side without index scores (a version-1 file).
+  std::string near_tie_untested;
   // "position p, column c" of a flat element index, for messages.
   std::string where(int64_t flat) const;
   // Where the verdict failed, named by position (and column for elements),

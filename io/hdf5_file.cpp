@@ -83,17 +83,22 @@ void write_root(hid_t file, const std::string& generator) {
   h5::write_string_attr(file, "/", "generator", generator);
 }
 
-// Checks format and version; returns the generator.
-std::string read_root(hid_t file) {
+struct Root {
+  std::string generator;
+  int64_t version = 0;
+};
+
+// Checks format and version (kOldestFormatVersion .. kFileFormatVersion).
+Root read_root(hid_t file) {
   if (!h5::has_attr(file, "/", "format"))
     fail("/", fmt::format("not a {} file (no root attribute 'format')", kFileFormat));
   const std::string format = h5::read_string_attr(file, "/", "format");
   if (format != kFileFormat) fail("/", fmt::format("format is '{}', not '{}'", format, kFileFormat));
   const int64_t version = h5::read_int_attr(file, "/", "format_version");
-  if (version != kFileFormatVersion)
-    fail("/", fmt::format("format_version {} is not supported (this build reads {}); regenerate with `{}`", version,
-                          kFileFormatVersion, kRegenerateCommand));
-  return h5::has_attr(file, "/", "generator") ? h5::read_string_attr(file, "/", "generator") : "";
+  if (version < kOldestFormatVersion || version > kFileFormatVersion)
+    fail("/", fmt::format("format_version {} is not supported (this build reads {} to {}); regenerate with `{}`",
+                          version, kOldestFormatVersion, kFileFormatVersion, kRegenerateCommand));
+  return {h5::has_attr(file, "/", "generator") ? h5::read_string_attr(file, "/", "generator") : "", version};
 }
 
 // ---- config (docs/spec.md §1) -----------------------------------------------------
@@ -229,7 +234,9 @@ void check_run_name(const std::string& name) {
 
 RunFile read_header(hid_t file, const fs::path& path) {
   RunFile f;
-  f.generator = read_root(file);
+  const Root root = read_root(file);
+  f.generator = root.generator;
+  f.format_version = root.version;
   f.config = read_config(file, path.string());
   read_inputs(file, f);
   f.weights_dtype = h5::exists(file, "/weights") ? h5::read_string_attr(file, "/weights", "dtype") : "";
@@ -269,7 +276,8 @@ RunFile read_run_file(const fs::path& path) {
   return read_file(path, [&](hid_t file) {
     RunFile f = read_header(file, path);
     for (const std::string& name : h5::list(file, "/runs"))
-      f.runs.push_back({name, h5::read_run(file, "/runs/" + name, f.config, static_cast<int64_t>(f.tokens.size()))});
+      f.runs.push_back({name, h5::read_run(file, "/runs/" + name, f.config, static_cast<int64_t>(f.tokens.size()),
+                                           f.format_version)});
     return f;
   });
 }
@@ -291,7 +299,7 @@ RunResult read_run(const fs::path& path, const std::string& run) {
       for (const std::string& n : names) all += (all.empty() ? "" : ", ") + n;
       fail(rp, fmt::format("no such run (the file holds: {})", all.empty() ? "none" : all));
     }
-    return h5::read_run(file, rp, f.config, static_cast<int64_t>(f.tokens.size()));
+    return h5::read_run(file, rp, f.config, static_cast<int64_t>(f.tokens.size()), f.format_version);
   });
 }
 
@@ -362,7 +370,7 @@ void write_cache_file(const fs::path& path, const CacheFile& f) {
 CacheFile read_cache_file(const fs::path& path) {
   return read_file(path, [&](hid_t file) {
     CacheFile f;
-    f.generator = read_root(file);
+    f.generator = read_root(file).generator;
     f.config = read_config(file, path.string());
     f.weight_seed = h5::read_uint_attr(file, "/", "weight_seed");
     if (!h5::exists(file, "/cache")) fail("/cache", "is missing (not a cache file?)");

@@ -21,7 +21,10 @@
 namespace ced {
 
 inline constexpr std::string_view kFileFormat = "ced-harness";
-inline constexpr int64_t kFileFormatVersion = 1;
+// Version 2 added the index scores of captured selections (docs/spec.md §9.1);
+// version 1 files (without them) are still read.
+inline constexpr int64_t kFileFormatVersion = 2;
+inline constexpr int64_t kOldestFormatVersion = 1;
 // The one command that rewrites golden files (named by the version error).
 inline constexpr std::string_view kRegenerateCommand = "ced golden regenerate";
 
@@ -32,6 +35,8 @@ struct NamedRun {
 
 struct RunFile {
   std::string generator;  // root attr: the program and command that wrote the file
+  // root attr: what reading found (a write always writes kFileFormatVersion)
+  int64_t format_version = kFileFormatVersion;
   Config config;          // /config (Config::name round-trips as attr "name")
   std::vector<int32_t> tokens;  // /inputs/tokens [N + decode_steps] of the longest run
   uint64_t weight_seed = 0;

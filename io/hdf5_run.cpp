@@ -23,9 +23,9 @@ using MatI = Eigen::Matrix<int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMa
 
 // ---- matrices -------------------------------------------------------------
 
-bool survives_float(const MatD& m) {
-  for (Eigen::Index i = 0; i < m.size(); ++i) {
-    const double x = m.data()[i];
+bool survives_float(const double* v, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const double x = v[i];
     if (!std::isnan(x) && static_cast<double>(static_cast<float>(x)) != x) return false;
   }
   return true;
@@ -34,8 +34,14 @@ bool survives_float(const MatD& m) {
 // f32 and bf16 results are floats; store them as such unless a value would
 // change (then double: the file never rounds what a backend returned).
 void write_matrix(hid_t file, const std::string& path, const MatD& m, const std::string& dtype) {
-  const bool as_float = dtype != "f64" && survives_float(m);
+  const bool as_float = dtype != "f64" && survives_float(m.data(), size_t(m.size()));
   write_reals(file, path, m.data(), {hsize_t(m.rows()), hsize_t(m.cols())}, as_float);
+}
+
+// The same rule for a 1-D dataset.
+void write_real_vector(hid_t file, const std::string& path, const std::vector<double>& v, const std::string& dtype) {
+  const bool as_float = dtype != "f64" && survives_float(v.data(), v.size());
+  write_reals(file, path, v.data(), {hsize_t(v.size())}, as_float);
 }
 
 MatD read_matrix(hid_t file, const std::string& path) {
@@ -79,12 +85,25 @@ void check_positions(const std::string& path, const std::vector<int64_t>& pos, i
 void check_capture(const std::string& path, const LayerCapture& cap, const Config& c, int64_t end) {
   check_positions(path + "/positions", cap.positions, end, cap.out.rows(), "out");
   check_cols(path + "/out", cap.out.rows(), cap.out.cols(), c.d_model, "d_model");
-  if (!cap.has_topk) return;
+  if (!cap.has_topk) {
+    if (cap.has_scores) fail(path + "/topk_scores", "given without topk");
+    return;
+  }
   if (c.compress_ratios[size_t(cap.layer)] == 0) fail(path + "/topk", "given for an SWA-only layer");
   if (cap.topk.rows() != cap.out.rows())
     fail(path + "/topk", fmt::format("has {} rows, but out has {}", cap.topk.rows(), cap.out.rows()));
   check_cols(path + "/topk", cap.topk.rows(), cap.topk.cols(), c.index_topk, "index_topk");
   if (cap.topk.size() > 0 && cap.topk.minCoeff() < -1) fail(path + "/topk", "holds an entry id below -1");
+  if (!cap.has_scores) return;
+  // docs/spec.md §9.1: the index scores, one row (or value) per row of topk
+  if (cap.topk_scores.rows() != cap.topk.rows())
+    fail(path + "/topk_scores", fmt::format("has {} rows, but topk has {}", cap.topk_scores.rows(), cap.topk.rows()));
+  check_cols(path + "/topk_scores", cap.topk_scores.rows(), cap.topk_scores.cols(), c.index_topk, "index_topk");
+  if (static_cast<Eigen::Index>(cap.kth_score.size()) != cap.topk.rows())
+    fail(path + "/kth_score", fmt::format("has {} entries, but topk has {} rows", cap.kth_score.size(), cap.topk.rows()));
+  if (static_cast<Eigen::Index>(cap.left_out_score.size()) != cap.topk.rows())
+    fail(path + "/left_out_score",
+         fmt::format("has {} entries, but topk has {} rows", cap.left_out_score.size(), cap.topk.rows()));
 }
 
 Mode parse_mode_attr(const std::string& obj, const std::string& s) {
@@ -187,12 +206,17 @@ void write_run(hid_t file, const std::string& path, const RunResult& r, const Co
       write_vector(file, lp + "/positions", cap.positions);  // [P_l]
       write_matrix(file, lp + "/out", cap.out, r.dtype);      // [P_l, d]
       if (cap.has_topk) write_int_matrix(file, lp + "/topk", cap.topk);  // [P_l, index_topk]
+      if (cap.has_scores) {
+        write_matrix(file, lp + "/topk_scores", cap.topk_scores, r.dtype);         // [P_l, index_topk]
+        write_real_vector(file, lp + "/kth_score", cap.kth_score, r.dtype);        // [P_l]
+        write_real_vector(file, lp + "/left_out_score", cap.left_out_score, r.dtype);  // [P_l]
+      }
     }
   }
   if (r.cache) write_cache(file, path + "/cache", *r.cache, c);
 }
 
-RunResult read_run(hid_t file, const std::string& path, const Config& c, int64_t n_tokens) {
+RunResult read_run(hid_t file, const std::string& path, const Config& c, int64_t n_tokens, int64_t format_version) {
   if (!exists(file, path)) fail(path, "is missing");
   RunResult r;
   r.backend = read_string_attr(file, path, "backend");
@@ -225,6 +249,17 @@ RunResult read_run(hid_t file, const std::string& path, const Config& c, int64_t
       cap.out = read_matrix(file, lp + "/out");
       cap.has_topk = exists(file, lp + "/topk");
       if (cap.has_topk) cap.topk = read_int_matrix(file, lp + "/topk");
+      // version 2 (docs/spec.md §9.1): the three score datasets, all or none
+      const int scored = format_version < 2 ? 0
+                                            : int(exists(file, lp + "/topk_scores")) + int(exists(file, lp + "/kth_score")) +
+                                                  int(exists(file, lp + "/left_out_score"));
+      if (scored != 0 && scored != 3) fail(lp, "holds some of topk_scores, kth_score, left_out_score but not all three");
+      cap.has_scores = scored == 3;
+      if (cap.has_scores) {
+        cap.topk_scores = read_matrix(file, lp + "/topk_scores");
+        cap.kth_score = read_reals(file, lp + "/kth_score", 1).values;
+        cap.left_out_score = read_reals(file, lp + "/left_out_score", 1).values;
+      }
       r.layers.push_back(std::move(cap));
     }
     std::sort(r.layers.begin(), r.layers.end(), [](const auto& a, const auto& b) { return a.layer < b.layer; });

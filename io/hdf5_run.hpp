@@ -18,7 +18,8 @@ void check_dtype(const std::string& obj, const std::string& dtype);
 // A run against the config and the n_tokens of /inputs/tokens.
 void check_run(const std::string& path, const RunResult& r, const Config& c, int64_t n_tokens);
 void write_run(hid_t file, const std::string& path, const RunResult& r, const Config& c, int64_t n_tokens);
-RunResult read_run(hid_t file, const std::string& path, const Config& c, int64_t n_tokens);
+// format_version 1 files have no index scores (docs/spec.md §9.1): they are not looked for.
+RunResult read_run(hid_t file, const std::string& path, const Config& c, int64_t n_tokens, int64_t format_version);
 
 // A persisted cache: one source per kv source of the plan, ascending.
 void check_cache(const std::string& path, const PersistedCache& cache, const Config& c);

@@ -211,17 +211,21 @@ std::string run_isolated(const std::string& what, const IsolationLimits& limits,
 RunFile read_untrusted_run_file(const fs::path& path) {
   TempDir dir;
   const fs::path copy = dir.path / "copy.h5";
-  const std::string weights_dtype = run_isolated(path.string(), isolation_limits(path), [&] {
+  // The child returns what the copy cannot carry: the file's format version
+  // (the copy is written in the current one) and its weights dtype.
+  const std::string kept = run_isolated(path.string(), isolation_limits(path), [&] {
     RunFile f = read_run_file(path);
     const std::string w = f.weights_dtype;
     // The weight tensors stay in the user's file (read_weight); the copy
     // would otherwise regenerate the whole model from weight_seed.
     f.weights_dtype.clear();
     write_run_file(copy, f);
-    return w;
+    return std::to_string(f.format_version) + " " + w;
   });
   RunFile f = read_copy(path, [&] { return read_run_file(copy); });
-  f.weights_dtype = weights_dtype;
+  const size_t space = kept.find(' ');
+  f.format_version = std::stoll(kept.substr(0, space));
+  f.weights_dtype = kept.substr(space + 1);
   return f;
 }
 

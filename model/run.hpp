@@ -97,6 +97,13 @@ struct LayerCapture {
   MatD out;                        // [P_l, d]  X after the whole layer
   bool has_topk = false;
   Eigen::Matrix<int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> topk;  // [P_l, index_topk], -1 padded
+  // The index scores behind the selection (docs/spec.md §9.1), for §8.3's
+  // near-tie classification; in the run's scalar type. Stored with topk by
+  // both models; absent from version-1 files (has_scores false).
+  bool has_scores = false;
+  MatD topk_scores;                     // [P_l, index_topk]  I(p, j) of each selected j; NaN where topk is -1
+  std::vector<double> kth_score;        // [P_l]  score of the last (k-th) selected entry; NaN if none
+  std::vector<double> left_out_score;   // [P_l]  score of the best eligible entry left out; NaN if none
 };
 
 // docs/spec.md §7 FLOP categories (2 per multiply-add).

@@ -228,14 +228,18 @@ CED_HD inline void candidate_pool_query(const float* scores, int64_t n_vis, int6
 // docs/spec.md §3.4: S(p) = the k highest-ranked eligible entries in rank order,
 // −1 padded to k. Eligible: the n_vis visible entries (pool == nullptr), or
 // the visible entries of the pool's blocks (pool [topk_blocks], −1 padded).
+// out_scores [k + 1] (docs/spec.md §9.1), when given: the score of each chosen
+// entry (NaN where out is −1), then the score of the best eligible entry left
+// out (NaN when none is): one more step of the same argmax.
 CED_HD inline void select_topk_query(const float* scores, int64_t n_vis, const int32_t* pool, int64_t block_size,
-                                     int64_t topk_blocks, int64_t k, int32_t* out) {
+                                     int64_t topk_blocks, int64_t k, int32_t* out, float* out_scores = nullptr) {
   const int64_t n_slots = pool ? topk_blocks * block_size : n_vis;
+  const int64_t steps = out_scores ? k + 1 : k;
   bool have_prev = false;
   float prev_s = 0.0f;
   int64_t prev_id = -1;
   int64_t t = 0;
-  for (; t < k; ++t) {
+  for (; t < steps; ++t) {
     float best_s = 0.0f;
     int64_t best_id = -1;
     for (int64_t slot = 0; slot < n_slots; ++slot) {
@@ -249,12 +253,21 @@ CED_HD inline void select_topk_query(const float* scores, int64_t n_vis, const i
       keep_best(best_s, best_id, scores[j], j);
     }
     if (best_id < 0) break;
+    if (t == k) {  // the best entry left out
+      out_scores[k] = best_s;
+      return;
+    }
     out[t] = static_cast<int32_t>(best_id);
+    if (out_scores) out_scores[t] = best_s;
     have_prev = true;
     prev_s = best_s;
     prev_id = best_id;
   }
-  for (; t < k; ++t) out[t] = -1;
+  for (; t < k; ++t) {
+    out[t] = -1;
+    if (out_scores) out_scores[t] = NAN;
+  }
+  if (out_scores) out_scores[k] = NAN;
 }
 
 // docs/spec.md §3.7 routing of one position: s [R] = routing scores, bias [R].

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <utility>
 
@@ -68,6 +69,7 @@ Engine::Engine(const Config& c, const Plan& plan, const DevWeights& w, Projector
   nan_buf(X_, ntot_ * d_);
   local_.resize(size_t(L));
   topk_.resize(size_t(L));
+  topk_scores_.resize(size_t(L));
   sources_.resize(size_t(L));
   for (int64_t l = 0; l < L; ++l) {
     const LayerPlan& lp = plan[l];
@@ -75,6 +77,7 @@ Engine::Engine(const Config& c, const Plan& plan, const DevWeights& w, Projector
     if (lp.index_source) {
       topk_[size_t(l)].allocate(ntot_ * K_);
       topk_[size_t(l)].fill_bytes(0xFF);
+      nan_buf(topk_scores_[size_t(l)], ntot_ * (K_ + 1));
     }
     if (lp.role == Role::Full) {
       SourceState& S = sources_[size_t(l)];
@@ -239,6 +242,19 @@ std::vector<LayerCapture> Engine::take_captures() {
     if (lc.has_topk) {
       lc.topk.resize(P, K_);
       for (int64_t i = 0; i < P * K_; ++i) lc.topk.data()[i] = hc.topk[size_t(i)];
+      // rows of [k scores, left-out score] (select_topk); the k-th is the last chosen one
+      lc.has_scores = true;
+      lc.topk_scores.resize(P, K_);
+      lc.kth_score.assign(size_t(P), std::numeric_limits<double>::quiet_NaN());
+      lc.left_out_score.resize(size_t(P));
+      for (int64_t i = 0; i < P; ++i) {
+        const float* row = hc.topk_scores.data() + i * (K_ + 1);
+        for (int64_t x = 0; x < K_; ++x) {
+          lc.topk_scores(i, x) = double(row[x]);
+          if (lc.topk(i, x) >= 0) lc.kth_score[size_t(i)] = double(row[x]);
+        }
+        lc.left_out_score[size_t(i)] = double(row[K_]);
+      }
     }
     out.push_back(std::move(lc));
   }
@@ -300,7 +316,7 @@ void Engine::select(int64_t l, int64_t a, const float* xhat, const float* q_lat,
     if (lp.candidate_source)
       cuda::candidate_pool(scores_.get(), ld_s_, nq, p0, r, bs_, ctb_, bscores_.get(), ld_b_, pool);
     cuda::select_topk(scores_.get(), ld_s_, nq, p0, r, K_, lp.selects_in_pool ? pool : nullptr, bs_, ctb_,
-                      topk_[size_t(l)].get());
+                      topk_[size_t(l)].get(), topk_scores_[size_t(l)].get());
   }
 }
 
@@ -356,6 +372,9 @@ void Engine::capture(int64_t l, int64_t a, int64_t b) {
     std::vector<int32_t> ts(size_t(n * K_));
     topk_[size_t(lp.idx_src)].download(ts.data(), n * K_, a * K_);
     hc.topk.insert(hc.topk.end(), ts.begin(), ts.end());
+    std::vector<float> ss(size_t(n * (K_ + 1)));
+    topk_scores_[size_t(lp.idx_src)].download(ss.data(), n * (K_ + 1), a * (K_ + 1));
+    hc.topk_scores.insert(hc.topk_scores.end(), ss.begin(), ss.end());
   }
 }
 

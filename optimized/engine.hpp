@@ -38,6 +38,7 @@ struct HostCapture {
   std::vector<int64_t> positions;
   std::vector<double> out;    // [P_l, d]
   std::vector<int64_t> topk;  // [P_l, index_topk]
+  std::vector<float> topk_scores;  // [P_l, index_topk + 1]: chosen entries' scores, then the best left out
 };
 
 class Engine {
@@ -112,6 +113,7 @@ class Engine {
   DeviceBuffer<float> X_;                     // [Ntot, d] abs: the residual stream
   std::vector<DeviceBuffer<float>> local_;    // L × [Ntot, head_dim] abs: local (SWA) entries
   std::vector<DeviceBuffer<int32_t>> topk_;   // L × [Ntot, index_topk] abs (index sources): S_l(p)
+  std::vector<DeviceBuffer<float>> topk_scores_;  // L × [Ntot, index_topk + 1] abs (index sources): their scores
   std::vector<SourceState> sources_;          // L (Full layers): global entries
   DeviceBuffer<int32_t> pool_;                // [Ntot, candidate_topk_blocks] abs: pool block ids
 

@@ -144,13 +144,13 @@ CED_BLOCK_FN void candidate_pool_block(const BlockCtx& blk, const float* scores,
 
 CED_BLOCK_FN void select_topk_block(const BlockCtx& blk, const float* scores, int64_t ld_s, int64_t nq, int64_t p0,
                                     int64_t r, int64_t k, const int32_t* pool, int64_t block_size,
-                                    int64_t topk_blocks, int32_t* topk) {
+                                    int64_t topk_blocks, int32_t* topk, float* topk_scores) {
   CED_FOR_THREADS(blk, t) {
     const int64_t qi = blk.bx * blk.nt + t;
     if (qi >= nq) continue;
     const int64_t p = p0 + qi;
     select_topk_query(scores + qi * ld_s, n_visible(p, r), pool ? pool + p * topk_blocks : nullptr, block_size,
-                      topk_blocks, k, topk + p * k);
+                      topk_blocks, k, topk + p * k, topk_scores + p * (k + 1));
   }
 }
 

@@ -64,8 +64,9 @@ __global__ void k_candidate_pool(const float* scores, int64_t ld_s, int64_t nq, 
 }
 
 __global__ void k_select_topk(const float* scores, int64_t ld_s, int64_t nq, int64_t p0, int64_t r, int64_t k,
-                              const int32_t* pool, int64_t block_size, int64_t topk_blocks, int32_t* topk) {
-  select_topk_block(this_block(), scores, ld_s, nq, p0, r, k, pool, block_size, topk_blocks, topk);
+                              const int32_t* pool, int64_t block_size, int64_t topk_blocks, int32_t* topk,
+                              float* topk_scores) {
+  select_topk_block(this_block(), scores, ld_s, nq, p0, r, k, pool, block_size, topk_blocks, topk, topk_scores);
 }
 
 // Dynamic shared memory: [W + k + hd] floats (see attention_block).

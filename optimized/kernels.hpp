@@ -51,8 +51,10 @@ void candidate_pool(const float* scores, int64_t ld_s, int64_t nq, int64_t p0, i
 
 // docs/spec.md §3.4 selection of queries p0 .. p0+nq−1: topk[p, :] (abs rows, [Ntot, k]), −1 padded.
 // pool (abs rows, [Ntot, topk_blocks]) or nullptr to select among all visible entries.
+// topk_scores[p, :] (abs rows, [Ntot, k + 1]): the score of each chosen entry (NaN where −1), then of the
+// best eligible entry left out (NaN when none), docs/spec.md §9.1.
 void select_topk(const float* scores, int64_t ld_s, int64_t nq, int64_t p0, int64_t r, int64_t k, const int32_t* pool,
-                 int64_t block_size, int64_t topk_blocks, int32_t* topk);
+                 int64_t block_size, int64_t topk_blocks, int32_t* topk, float* topk_scores);
 
 // docs/spec.md §3.5 attention of rows i < n (position pos0+i), all heads.
 // q [n, H·hd] (roped); local [Ntot, hd] (abs, roped local entries of this layer);

@@ -63,10 +63,10 @@ void candidate_pool(const float* scores, int64_t ld_s, int64_t nq, int64_t p0, i
 }
 
 void select_topk(const float* scores, int64_t ld_s, int64_t nq, int64_t p0, int64_t r, int64_t k, const int32_t* pool,
-                 int64_t block_size, int64_t topk_blocks, int32_t* topk) {
+                 int64_t block_size, int64_t topk_blocks, int32_t* topk, float* topk_scores) {
   if (nq <= 0) return;
   CED_LAUNCH(select_topk, (nq + kRowThreads - 1) / kRowThreads, 1, kRowThreads, 0, scores, ld_s, nq, p0, r, k, pool,
-             block_size, topk_blocks, topk);
+             block_size, topk_blocks, topk, topk_scores);
 }
 
 void attention(const float* q, int64_t n, int64_t pos0, int64_t first, int64_t W, const float* local,

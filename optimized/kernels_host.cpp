@@ -64,8 +64,9 @@ void k_candidate_pool(const BlockCtx& b, size_t, const float* scores, int64_t ld
   candidate_pool_block(b, scores, ld_s, nq, p0, r, block_size, topk_blocks, block_scores, ld_b, pool);
 }
 void k_select_topk(const BlockCtx& b, size_t, const float* scores, int64_t ld_s, int64_t nq, int64_t p0, int64_t r,
-                   int64_t k, const int32_t* pool, int64_t block_size, int64_t topk_blocks, int32_t* topk) {
-  select_topk_block(b, scores, ld_s, nq, p0, r, k, pool, block_size, topk_blocks, topk);
+                   int64_t k, const int32_t* pool, int64_t block_size, int64_t topk_blocks, int32_t* topk,
+                   float* topk_scores) {
+  select_topk_block(b, scores, ld_s, nq, p0, r, k, pool, block_size, topk_blocks, topk, topk_scores);
 }
 void k_attention(const BlockCtx& b, size_t shared_bytes, const float* q, int64_t pos0, int64_t first, int64_t W,
                  const float* local, const float* entries, const int32_t* topk, int64_t k, const float* sink,

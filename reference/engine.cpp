@@ -11,6 +11,9 @@
 #include "reference/ops.hpp"
 
 namespace ced::ref {
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();  // a score that does not exist
+}  // namespace
 
 template <class T>
 Engine<T>::Engine(const Config& c, const Plan& p, const Weights<T>& w, Fault fault, bool poison, bool capture,
@@ -103,11 +106,17 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
   const int64_t n = xhat.rows();
   const int64_t base = int64_t(ls.selection.size());
   ls.selection.resize(size_t(base + n));
+  ls.selection_scores.resize(size_t(base + n));
+  ls.left_out_score.resize(size_t(base + n));
   const bool reuse_fault = lp.role == Role::Reuse && faulted(Fault::ReuseOwnSelection, l);
   if (lp.role == Role::Reuse && !reuse_fault) {
     const auto& src = layers[size_t(lp.idx_src)];
-    for (int64_t i = 0; i < n; ++i)
-      ls.selection[size_t(base + i)] = src.selection[size_t(a + i - src.local.first)];
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t s = size_t(a + i - src.local.first);
+      ls.selection[size_t(base + i)] = src.selection[s];
+      ls.selection_scores[size_t(base + i)] = src.selection_scores[s];
+      ls.left_out_score[size_t(base + i)] = src.left_out_score[s];
+    }
     return;
   }
   // Reindex, Full, or the reuse-own-selection fault (which borrows idx_src's indexer weights).
@@ -145,6 +154,7 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
     for (size_t e = 0; e < ids.size(); ++e)
       scores[e] = index_score(iq.data(), w.data(), src.index_keys.row(ids[e]), ih, ihd);
     n_scored[size_t(i)] = int64_t(ids.size());
+    ScoredTopk<T> chosen;
     if (lp.candidate_source) {
       auto pool = candidate_pool(scores, nv, c_.candidate_block_size, c_.candidate_topk_blocks,
                                  !faulted(Fault::PoolPinDropped, l), tie_rev);
@@ -156,11 +166,14 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
           pids.push_back(j);
           pscores.push_back(scores[size_t(j)]);
         }
-      ls.selection[size_t(base + i)] = topk(pids, pscores, c_.index_topk, tie_rev);
+      chosen = topk_scored(pids, pscores, c_.index_topk, tie_rev);
       ls.pool[size_t(base + i)] = std::move(pool);
     } else {
-      ls.selection[size_t(base + i)] = topk(ids, scores, c_.index_topk, tie_rev);
+      chosen = topk_scored(ids, scores, c_.index_topk, tie_rev);
     }
+    ls.selection[size_t(base + i)] = std::move(chosen.ids);
+    ls.selection_scores[size_t(base + i)] = std::move(chosen.scores);
+    ls.left_out_score[size_t(base + i)] = chosen.left_out;
   }
   for (int64_t i = 0; i < n; ++i) {
     count(l, kFlopIndexerQW, 2 * (c_.q_lora_rank * ih * ihd + c_.d_model * ih));
@@ -326,10 +339,20 @@ void Engine<T>::layer(int64_t l, int64_t a, Mat<T>& X, const Mat<T>* xhat_E) {
       for (int64_t x = 0; x < d; ++x) cap.out(old + i, x) = double(X(i, x));
     }
     if (cap.has_topk) {
+      cap.has_scores = true;
       cap.topk.conservativeResize(old + n, k_top);
+      cap.topk_scores.conservativeResize(old + n, k_top);
       for (int64_t i = 0; i < n; ++i) {
-        const auto& s = ls.selection[size_t(a + i - ls.local.first)];
-        for (int64_t x = 0; x < k_top; ++x) cap.topk(old + i, x) = x < int64_t(s.size()) ? s[size_t(x)] : -1;
+        const size_t at = size_t(a + i - ls.local.first);
+        const auto& s = ls.selection[at];
+        const auto& sc = ls.selection_scores[at];
+        for (int64_t x = 0; x < k_top; ++x) {
+          const bool has = x < int64_t(s.size());
+          cap.topk(old + i, x) = has ? s[size_t(x)] : -1;
+          cap.topk_scores(old + i, x) = has ? double(sc[size_t(x)]) : kNaN;
+        }
+        cap.kth_score.push_back(sc.empty() ? kNaN : double(sc.back()));
+        cap.left_out_score.push_back(double(ls.left_out_score[at]));
       }
     }
   }

@@ -29,6 +29,8 @@ template <class T>
 struct LayerState {
   RowStore<T> local;                            // local (SWA) entries k_p  [*, head_dim]
   std::vector<std::vector<int64_t>> selection;  // S_l(p), p from local.first
+  std::vector<std::vector<T>> selection_scores; // I(p, j) of each j in S_l(p)
+  std::vector<T> left_out_score;                // best eligible entry not in S_l(p) (NaN: none)
   std::vector<std::vector<int64_t>> pool;       // candidate source: pool blocks of p
   LayerCapture capture;                         // when capturing
 };

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include <omp.h>
@@ -111,19 +112,46 @@ bool ranks_before(T sa, int64_t a, T sb, int64_t b, bool reversed_ties = false) 
   return reversed_ties ? a < b : a > b;
 }
 
-// The k best of (ids, scores) in rank order.
+// A top-k with the scores behind it (docs/spec.md §9.1, for §8.3's near-ties):
+// the chosen ids in rank order, the score of each, and the score of the best
+// candidate left out (NaN when every candidate was chosen).
 template <class T>
-std::vector<int64_t> topk(const std::vector<int64_t>& ids, const std::vector<T>& scores, int64_t k,
+struct ScoredTopk {
+  std::vector<int64_t> ids;
+  std::vector<T> scores;
+  T left_out = std::numeric_limits<T>::quiet_NaN();
+};
+
+// The k best of (ids, scores) in rank order, and the best one after them. The
+// ids are distinct, so the rank order is total and sorting one more place does
+// not change the first k.
+template <class T>
+ScoredTopk<T> topk_scored(const std::vector<int64_t>& ids, const std::vector<T>& scores, int64_t k,
                           bool reversed_ties = false) {
   std::vector<int64_t> order(ids.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
   const auto take = std::min<int64_t>(k, int64_t(order.size()));
-  std::partial_sort(order.begin(), order.begin() + take, order.end(), [&](int64_t x, int64_t y) {
+  const auto sorted = std::min<int64_t>(take + 1, int64_t(order.size()));
+  std::partial_sort(order.begin(), order.begin() + sorted, order.end(), [&](int64_t x, int64_t y) {
     return ranks_before(scores[size_t(x)], ids[size_t(x)], scores[size_t(y)], ids[size_t(y)], reversed_ties);
   });
-  std::vector<int64_t> out(static_cast<size_t>(take));
-  for (int64_t i = 0; i < take; ++i) out[size_t(i)] = ids[size_t(order[size_t(i)])];
+  ScoredTopk<T> out;
+  out.ids.resize(static_cast<size_t>(take));
+  out.scores.resize(static_cast<size_t>(take));
+  for (int64_t i = 0; i < take; ++i) {
+    out.ids[size_t(i)] = ids[size_t(order[size_t(i)])];
+    out.scores[size_t(i)] = scores[size_t(order[size_t(i)])];
+  }
+  if (sorted > take) out.left_out = scores[size_t(order[size_t(take)])];
   return out;
+}
+
+// The k best of (ids, scores) in rank order.
+template <class T>
+std::vector<int64_t> topk(const std::vector<int64_t>& ids, const std::vector<T>& scores, int64_t k,
+                          bool reversed_ties = false) {
+  ScoredTopk<T> chosen = topk_scored(ids, scores, k, reversed_ties);
+  return std::move(chosen.ids);
 }
 
 // docs/spec.md §3.3 visibility: entry j (ratio r) is visible to query p iff

@@ -129,13 +129,13 @@ TEST(Cli, NonHdf5AndTruncatedFilesAreUsageErrors) {
   expect_usage_error("diff " + (scratch() / "missing.h5").string() + " " + good.string(), "missing.h5");
 }
 
-TEST(Cli, WrongFormatVersionNamesTheRegenerateCommand) {
-  const fs::path f = scratch() / "v2.h5";
+TEST(Cli, UnknownFormatVersionIsRefusedNamingTheRegenerateCommand) {
+  const fs::path f = scratch() / "v3.h5";
   ASSERT_EQ(run_ced("run --config tiny --tokens 6 --out " + f.string()).code, 0);
   hid_t file = H5Fopen(f.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   hid_t a = H5Aopen(file, "format_version", H5P_DEFAULT);
-  const int64_t two = 2;
-  H5Awrite(a, H5T_NATIVE_INT64, &two);
+  const int64_t three = kFileFormatVersion + 1;
+  H5Awrite(a, H5T_NATIVE_INT64, &three);
   H5Aclose(a);
   H5Fclose(file);
   expect_usage_error("diff " + f.string() + " " + f.string(), "ced golden regenerate");

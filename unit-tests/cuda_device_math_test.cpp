@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -148,6 +149,52 @@ TEST(CudaDeviceMath, SelectTopkInsidePoolTakesOnlyVisibleEntriesOfPoolBlocks) {
     std::vector<int32_t> got(static_cast<size_t>(k), 123);
     select_topk_query(scores.data(), n_vis, pool.data(), bs, ctb, k, got.data());
     ASSERT_EQ(got, brute_topk(scores, eligible, k)) << "trial " << trial;
+  }
+}
+
+// docs/spec.md §9.1: with out_scores the selection is unchanged, each chosen
+// entry's score is its own (bitwise), −1 slots are NaN, and slot k holds the
+// score of the (k+1)-th entry in rank order (NaN when there is none).
+TEST(CudaDeviceMath, SelectTopkScoresAreTheChosenOnesThenTheBestLeftOut) {
+  std::mt19937_64 rng(test_seed() + 2);
+  for (int trial = 0; trial < 300; ++trial) {
+    const bool pooled = trial % 2 == 1;
+    const int64_t bs = pooled ? std::uniform_int_distribution<int64_t>(1, 5)(rng) : 1;
+    const int64_t ctb = pooled ? std::uniform_int_distribution<int64_t>(1, 6)(rng) : 1;
+    const int64_t n_vis = std::uniform_int_distribution<int64_t>(0, 30)(rng);
+    const int64_t k = std::uniform_int_distribution<int64_t>(1, 12)(rng);
+    const auto scores = tie_heavy_scores(rng, n_vis + bs);
+    std::vector<int64_t> eligible;
+    std::vector<int32_t> pool;
+    if (pooled) {
+      pool = brute_pool(scores, n_vis, bs, ctb);
+      for (int32_t b : pool)
+        if (b >= 0)
+          for (int64_t j = int64_t(b) * bs; j < (int64_t(b) + 1) * bs && j < n_vis; ++j) eligible.push_back(j);
+    } else {
+      for (int64_t j = 0; j < n_vis; ++j) eligible.push_back(j);
+    }
+    std::vector<int32_t> plain(size_t(k), 123), got(size_t(k), 123);
+    std::vector<float> sc(size_t(k + 1), 7.0f);
+    const int32_t* p = pooled ? pool.data() : nullptr;
+    select_topk_query(scores.data(), n_vis, p, bs, ctb, k, plain.data());
+    select_topk_query(scores.data(), n_vis, p, bs, ctb, k, got.data(), sc.data());
+    ASSERT_EQ(got, plain) << "trial " << trial;
+    const auto order = brute_topk(scores, eligible, k + 1);  // k + 1 slots, −1 padded
+    for (int64_t t = 0; t < k; ++t) {
+      if (got[size_t(t)] < 0) {
+        EXPECT_TRUE(std::isnan(sc[size_t(t)])) << "trial " << trial << " slot " << t;
+      } else {
+        const float want = scores[size_t(got[size_t(t)])];
+        EXPECT_EQ(std::memcmp(&sc[size_t(t)], &want, sizeof(float)), 0) << "trial " << trial << " slot " << t;
+      }
+    }
+    if (order[size_t(k)] < 0) {
+      EXPECT_TRUE(std::isnan(sc[size_t(k)])) << "trial " << trial;
+    } else {
+      const float want = scores[size_t(order[size_t(k)])];
+      EXPECT_EQ(std::memcmp(&sc[size_t(k)], &want, sizeof(float)), 0) << "trial " << trial;
+    }
   }
 }
 

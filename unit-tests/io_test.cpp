@@ -1,6 +1,7 @@
 // docs/spec.md §9: HDF5 run and cache files: bitwise round trips, atomic writes, and
 // one clear InputError for every kind of bad file. The RunResults here are
 // fabricated by hand; nothing runs the model.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "io/hdf5_file.hpp"
@@ -111,6 +113,16 @@ RunResult full_f32_run(const Config& c) {
       cap.topk(1, 0) = 1;
       cap.topk(3, 0) = 2;
       cap.topk(3, 1) = 0;
+      // docs/spec.md §9.1 scores: NaN where topk is -1; 1/3 does not survive a
+      // float, so the left-out scores must be stored as double
+      const double nan = std::numeric_limits<double>::quiet_NaN();
+      cap.has_scores = true;
+      cap.topk_scores = MatD::Constant(4, c.index_topk, nan);
+      cap.topk_scores(1, 0) = 0.75;
+      cap.topk_scores(3, 0) = 2.5;
+      cap.topk_scores(3, 1) = -0.0;
+      cap.kth_score = {nan, 0.75, nan, -0.0};
+      cap.left_out_score = {nan, 0.5, nan, 1.0 / 3.0};
     }
     r.layers.push_back(std::move(cap));
   }
@@ -198,6 +210,13 @@ void expect_run_eq(const RunResult& a, const RunResult& b) {
     ASSERT_EQ(x.has_topk, y.has_topk) << "layer " << x.layer;
     if (x.has_topk) {
       EXPECT_EQ(x.topk, y.topk) << "layer " << x.layer;
+    }
+    ASSERT_EQ(x.has_scores, y.has_scores) << "layer " << x.layer;
+    if (x.has_scores) {
+      EXPECT_TRUE(same_bits(x.topk_scores, y.topk_scores)) << "layer " << x.layer;
+      auto vec = [](const std::vector<double>& v) { return MatD(Eigen::Map<const MatD>(v.data(), 1, Eigen::Index(v.size()))); };
+      EXPECT_TRUE(same_bits(vec(x.kth_score), vec(y.kth_score))) << "layer " << x.layer;
+      EXPECT_TRUE(same_bits(vec(x.left_out_score), vec(y.left_out_score))) << "layer " << x.layer;
     }
   }
   ASSERT_EQ(a.cache == nullptr, b.cache == nullptr);
@@ -614,18 +633,76 @@ TEST_F(IoTest, ForeignHdf5FileSaysWhichFormatItLacks) {
   EXPECT_NE(msg.find("ced-harness"), std::string::npos) << msg;
 }
 
-TEST_F(IoTest, FormatVersion2NamesTheRegenerateCommand) {
-  write_run_file(path("v2.h5"), two_run_file());
+TEST_F(IoTest, UnknownFormatVersionIsRefusedNamingTheRegenerateCommand) {
+  for (int64_t version : {int64_t(0), kFileFormatVersion + 1}) {
+    write_run_file(path("v.h5"), two_run_file());
+    {
+      RawFile raw(path("v.h5"));
+      raw.set_int_attr("/", "format_version", version);
+    }
+    for (const auto& read : {+[](const fs::path& p) { read_run_file(p); },
+                             +[](const fs::path& p) { list_runs(p); }}) {
+      const std::string msg = input_error([&] { read(path("v.h5")); });
+      EXPECT_NE(msg.find(fmt::format("format_version {} is not supported", version)), std::string::npos) << msg;
+      EXPECT_NE(msg.find("ced golden regenerate"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST_F(IoTest, SelectionScoresAreWrittenAsVersion2AndReadBackBitwise) {
+  const RunFile f = two_run_file();
+  write_run_file(path("s.h5"), f);
+  const RunFile g = read_run_file(path("s.h5"));
+  EXPECT_EQ(g.format_version, 2);
+  expect_run_eq(g.runs[0].result, f.runs[0].result);
+  int scored = 0;
+  for (const auto& cap : g.runs[0].result.layers) scored += cap.has_scores;
+  EXPECT_EQ(scored, 2);  // the Full and the Reuse layer; the SWA-only one has no topk
+}
+
+TEST_F(IoTest, Version1FileIsReadWithoutScores) {
+  // A version-1 file is a version-2 file without the three score datasets
+  // (docs/spec.md §9.1); one that has them anyway is read as version 1 says.
+  for (bool delete_scores : {true, false}) {
+    write_run_file(path("v1.h5"), two_run_file());
+    {
+      RawFile raw(path("v1.h5"));
+      raw.set_int_attr("/", "format_version", 1);
+      if (delete_scores) {
+        for (int64_t l : {1, 3})
+          for (const char* d : {"topk_scores", "kth_score", "left_out_score"})
+            ASSERT_GE(H5Ldelete(raw.id(), fmt::format("/runs/full-f32/layers/{}/{}", l, d).c_str(), H5P_DEFAULT), 0);
+      }
+    }
+    const RunFile g = read_run_file(path("v1.h5"));
+    EXPECT_EQ(g.format_version, 1);
+    RunResult want = two_run_file().runs[0].result;
+    for (auto& cap : want.layers) {
+      cap.has_scores = false;
+      cap.topk_scores.resize(0, 0);
+      cap.kth_score.clear();
+      cap.left_out_score.clear();
+    }
+    expect_run_eq(g.runs[0].result, want);
+  }
+}
+
+TEST_F(IoTest, PartOfTheScoreDatasetsIsRefusedNamingTheLayer) {
+  write_run_file(path("part.h5"), two_run_file());
   {
-    RawFile raw(path("v2.h5"));
-    raw.set_int_attr("/", "format_version", 2);
+    RawFile raw(path("part.h5"));
+    ASSERT_GE(H5Ldelete(raw.id(), "/runs/full-f32/layers/3/kth_score", H5P_DEFAULT), 0);
   }
-  for (const auto& read : {+[](const fs::path& p) { read_run_file(p); },
-                           +[](const fs::path& p) { list_runs(p); }}) {
-    const std::string msg = input_error([&] { read(path("v2.h5")); });
-    EXPECT_NE(msg.find("format_version 2"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("ced golden regenerate"), std::string::npos) << msg;
-  }
+  const std::string msg = input_error([&] { read_run_file(path("part.h5")); });
+  EXPECT_NE(msg.find("/runs/full-f32/layers/3: holds some of topk_scores"), std::string::npos) << msg;
+}
+
+TEST_F(IoTest, ScoresOfTheWrongShapeAreRefusedBeforeAnythingIsWritten) {
+  RunFile f = two_run_file();
+  f.runs[0].result.layers[1].left_out_score.pop_back();
+  const std::string msg = input_error([&] { write_run_file(path("bad.h5"), f); });
+  EXPECT_NE(msg.find("left_out_score: has 3 entries, but topk has 4 rows"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(path("bad.h5")));
 }
 
 TEST_F(IoTest, DeletedLogitsDatasetIsNamed) {

@@ -19,6 +19,7 @@
 // `ced diff` runs) and plant 6 golden copies for `ced gate` on `tiny`.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <rapidcheck.h>
 #include <rapidcheck/gtest.h>
 #include <sys/wait.h>
@@ -30,7 +31,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <tuple>
 
 #include "model/error.hpp"
 #include "compare/run_compare.hpp"
@@ -482,6 +485,163 @@ TEST(JudgePlant, SmallestPassingAtolPassesAndTheNextSmallerFails) {
   }
 }
 
+// ---- near-ties between stored selections (docs/spec.md §8.3) ----------------
+
+namespace {
+
+// A selection plant at a random scored row of the base that fits `kind`:
+// SelectionNearTie needs a full row (one that left an entry out);
+// SelectionChanged at col 0 needs two entries or more, so the entry it
+// removes scores a whole step (>= 1, plant.hpp) above the row's k-th.
+Plant gen_selection_plant(const RunFile& base, Kind kind) {
+  std::vector<Plant> fit;
+  for (int64_t run = 0; run < int64_t(base.runs.size()); ++run)
+    for (const auto& c : base.runs[size_t(run)].result.layers)
+      for (Eigen::Index row = 0; c.has_scores && row < c.topk.rows(); ++row) {
+        const bool ok = kind == Kind::SelectionNearTie ? !std::isnan(c.left_out_score[size_t(row)]) : c.topk(row, 1) >= 0;
+        if (!ok) continue;
+        Plant p;
+        p.kind = kind;
+        p.run = run;
+        p.layer = c.layer;
+        p.row = row;
+        p.col = 0;
+        fit.push_back(p);
+      }
+  RC_PRE(!fit.empty());
+  Plant p = *rc::gen::elementOf(fit);
+  p.on_reference = *rc::gen::arbitrary<bool>();
+  return p;
+}
+
+const TensorDiff& selection_of(const RunDiff& d, const RunFile& base, const Plant& p) {
+  const std::string name = fmt::format("runs/{}/layers/{}/topk", base.runs[size_t(p.run)].name, p.layer);
+  for (const auto& t : d.tensors)
+    if (t.name == name) return t;
+  throw std::logic_error("no selection tensor " + name);
+}
+
+bool violates(const Verdict& v, const std::string& threshold) {
+  for (const auto& x : v.violations)
+    if (x.threshold == threshold) return true;
+  return false;
+}
+
+// The largest margin make_base draws (plant.hpp): a near_tie tolerance that
+// calls every boundary swap of the base a near-tie and no real swap one (the
+// real swaps' gaps are at least a step, >= 1).
+constexpr double kBaseMaxMargin = 0.5;
+
+}  // namespace
+
+RC_GTEST_PROP(JudgePlant, ASwapAtTheBoundaryIsANearTieJudgedByJaccardAndRealBelowItsGap, ()) {
+  const RunFile& base = base_set();
+  const Plant p = gen_selection_plant(base, Kind::SelectionNearTie);
+  const double gap = plant::boundary_margin(base, p);  // kth - left_out of the unplanted row
+  const auto [t, r] = sides(base, p);
+  // a tolerance at the gap: both differing entries are near-ties, and a
+  // policy with no selection rule but near_tie passes
+  const auto near = diff_files(t, r, policy_with({{"near_tie", gap}}));
+  for (const RunDiff& d : near) RC_ASSERT(d.pass());
+  const auto& c = *selection_of(near[size_t(p.run)], base, p).comparison.selection;
+  RC_ASSERT(c.scored && c.differing == 2 && c.near_ties == 2 && c.real_disagreements == 0);
+  RC_ASSERT(format_run_diff(near[size_t(p.run)], false)
+                .find(fmt::format("runs/{}/layers/{}/topk: 2 differing entries: 2 near-ties, 0 real disagreements",
+                                  base.runs[size_t(p.run)].name, p.layer)) != std::string::npos);
+  // judged by its own rule: exact selections still fail it, as a near-tie
+  const RunDiff jac = diff_files(t, r, policy_with({{"near_tie", gap}, {"min_jaccard", 1}}))[size_t(p.run)];
+  RC_ASSERT(!jac.pass());
+  const TensorDiff& js = selection_of(jac, base, p);
+  RC_ASSERT(violates(js.verdict, "min_jaccard") && !violates(js.verdict, "near_tie"));
+  RC_ASSERT(js.comparison.selection->near_ties == 2);
+  // one step below the gap: the swapped-in entry is a real disagreement
+  const RunDiff real = diff_files(t, r, policy_with({{"near_tie", std::nextafter(gap, 0.0)}}))[size_t(p.run)];
+  RC_ASSERT(!real.pass());
+  const TensorDiff& rs = selection_of(real, base, p);
+  RC_ASSERT(violates(rs.verdict, "near_tie"));
+  RC_ASSERT(rs.comparison.selection->real_disagreements == 1 && rs.comparison.selection->near_ties == 1);
+  RC_ASSERT(rs.worst() == fmt::format("position {}", plant::position_of(base, p)));
+  RC_ASSERT(real.first_divergent_layer == p.layer);
+}
+
+RC_GTEST_PROP(JudgePlant, ARealSwapFailsANearTiePolicyNamingRunLayerAndPosition, ()) {
+  const RunFile& base = base_set();
+  Plant p = gen_selection_plant(base, Kind::SelectionChanged);
+  const auto [t, r] = sides(base, p);
+  const auto diffs = diff_files(t, r, policy_with({{"near_tie", kBaseMaxMargin}}));
+  for (size_t i = 0; i < diffs.size(); ++i) RC_ASSERT(diffs[i].pass() == (int64_t(i) != p.run));
+  const RunDiff& d = diffs[size_t(p.run)];
+  const TensorDiff& s = selection_of(d, base, p);
+  RC_ASSERT(violates(s.verdict, "near_tie"));
+  RC_ASSERT(s.comparison.selection->real_disagreements >= 1);
+  RC_ASSERT(s.comparison.selection->worst_gap >= 1.0);  // the removed entry's step above the k-th
+  const std::string where = fmt::format("position {}", plant::position_of(base, p));
+  RC_ASSERT(s.worst() == where);
+  RC_ASSERT(format_run_diff(d, false).find(fmt::format("worst: runs/{}/layers/{}/topk, {}",
+                                                       base.runs[size_t(p.run)].name, p.layer, where)) !=
+            std::string::npos);
+  RC_ASSERT(d.first_divergent_layer == p.layer);
+}
+
+// docs/spec.md §8.3: an entry the other side left out while leaving nothing
+// out was never its candidate (a visibility or pool difference, not a tie):
+// real whatever its gap. Here the test drops the k-th entry of a full row and
+// says it left nothing out; the dropped entry's gap is 0.
+TEST(JudgePlant, AnEntryTheOtherSideNeverHadIsARealDisagreementWhateverItsGap) {
+  const RunFile& base = base_set();
+  RunFile t = base;
+  LayerCapture* cap = nullptr;
+  Eigen::Index row = -1;
+  for (auto& c : t.runs[0].result.layers)
+    for (Eigen::Index i = 0; c.has_scores && !cap && i < c.topk.rows(); ++i)
+      if (!std::isnan(c.left_out_score[size_t(i)])) cap = &c, row = i;
+  ASSERT_NE(cap, nullptr);
+  const Eigen::Index k = cap->topk.cols();
+  cap->topk(row, k - 1) = -1;
+  cap->topk_scores(row, k - 1) = std::numeric_limits<double>::quiet_NaN();
+  cap->kth_score[size_t(row)] = cap->topk_scores(row, k - 2);
+  cap->left_out_score[size_t(row)] = std::numeric_limits<double>::quiet_NaN();
+  const RunDiff d = diff_runs(base.runs[0].name, t.runs[0].result, base.runs[0].result,
+                              policy_with({{"near_tie", kBaseMaxMargin}}));
+  EXPECT_FALSE(d.pass()) << format_run_diff(d, false);
+  for (const auto& x : d.tensors)
+    if (x.layer == cap->layer && x.comparison.selection) {
+      EXPECT_EQ(x.comparison.selection->real_disagreements, 1);
+      EXPECT_EQ(x.worst(), fmt::format("position {}", cap->positions[size_t(row)]));
+    }
+}
+
+TEST(JudgePlant, WithoutScoresOnEitherSideSelectionsAreJudgedAsBeforeAndTheReportSaysSo) {
+  const RunFile& base = base_set();
+  Plant p;
+  p.kind = Kind::SelectionNearTie;
+  for (const auto& c : base.runs[0].result.layers)
+    for (Eigen::Index row = 0; c.has_scores && p.layer < 0 && row < c.topk.rows(); ++row)
+      if (!std::isnan(c.left_out_score[size_t(row)])) p.layer = c.layer, p.row = row;
+  ASSERT_GE(p.layer, 0);
+  for (int unscored = 0; unscored < 3; ++unscored) {  // the test, the reference, both
+    auto [t, r] = sides(base, p);
+    for (RunFile* f : {&t, &r}) {
+      if ((f == &t && unscored == 1) || (f == &r && unscored == 0)) continue;
+      for (auto& c : f->runs[0].result.layers) c.has_scores = false;
+    }
+    const char* who = unscored == 0 ? "the run under test has" : unscored == 1 ? "the reference has" : "the run under test and the reference has";
+    // near_tie is unchecked, min_jaccard judges as it always did
+    for (double jac : {0.5, 1.0}) {
+      const RunDiff d = diff_runs(base.runs[0].name, t.runs[0].result, r.runs[0].result,
+                                  policy_with({{"near_tie", kBaseMaxMargin}, {"min_jaccard", jac}}));
+      EXPECT_EQ(d.pass(), jac < 1) << unscored;  // a swap in a full row of 3: Jaccard 2/4
+      const TensorDiff& s = selection_of(d, base, p);
+      EXPECT_FALSE(s.comparison.selection->scored);
+      EXPECT_FALSE(violates(s.verdict, "near_tie"));
+      EXPECT_NE(format_run_diff(d, false).find(fmt::format("near-tie test not possible: {} no index scores", who)),
+                std::string::npos)
+          << format_run_diff(d, false);
+      EXPECT_NE(run_diffs_json({d}).find("\"near_tie_untested\""), std::string::npos);
+    }
+  }
+}
+
 // ---- through the command line ---------------------------------------------
 
 namespace {
@@ -695,6 +855,149 @@ TEST(JudgePlantCli, GateFailsAPlantedGoldenCopyNamingRunTensorLayerAndPosition) 
     EXPECT_EQ(g.code, 2) << g.out << g.err;
     EXPECT_EQ(std::count(g.err.begin(), g.err.end(), '\n'), 1) << g.err;
     EXPECT_NE(g.err.find("ascending"), std::string::npos) << g.err;
+  }
+  fs::remove_all(dir);
+}
+
+// The acceptance of docs/spec.md §8.3 between files: `ced diff` on a planted
+// near-tie (classified, passing a near_tie policy, failing exact selections
+// as a near-tie, failing below its gap) and on a planted real swap (fails,
+// naming run, layer and position); a version-1 reference says the test was
+// not possible and judges as before.
+TEST(JudgePlantCli, CedDiffClassifiesAPlantedNearTieAndFailsARealSwap) {
+  const RunFile base = plant::make_base(11);
+  const fs::path clean = scratch() / "nt-clean.h5", near = scratch() / "nt-near.h5", real = scratch() / "nt-real.h5";
+  write_run_file(clean, base);
+  Plant nt, rs;
+  nt.kind = Kind::SelectionNearTie;
+  rs.kind = Kind::SelectionChanged;
+  for (const auto& c : base.runs[1].result.layers)
+    for (Eigen::Index row = 0; c.has_scores && row < c.topk.rows(); ++row) {
+      if (nt.layer < 0 && !std::isnan(c.left_out_score[size_t(row)])) nt.run = 1, nt.layer = c.layer, nt.row = row;
+      if (rs.layer < 0 && c.topk(row, 1) >= 0) rs.run = 1, rs.layer = c.layer, rs.row = row;
+    }
+  ASSERT_GE(nt.layer, 0);
+  ASSERT_GE(rs.layer, 0);
+  plant::write_planted(base, nt, near);
+  plant::write_planted(base, rs, real);
+  const double gap = plant::boundary_margin(base, nt);
+  auto policy = [&](const std::string& name, double tol, bool exact) {
+    const fs::path f = scratch() / name;
+    write_text(f, fmt::format("[[rule]]\npattern = \"**\"\nreason = \"plant test\"\nnear_tie = {:.17g}\n{}", tol,
+                              exact ? "min_jaccard = 1\n" : ""));
+    return f.string();
+  };
+  const std::string run = base.runs[1].name;
+  const std::string tol = policy("nt-tol.toml", kBaseMaxMargin, false);
+  {
+    const Result r = run_ced("diff " + near.string() + " " + clean.string() + " --policy " + tol);
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find(fmt::format("runs/{}/layers/{}/topk: 2 differing entries: 2 near-ties, 0 real disagreements",
+                                     run, nt.layer)),
+              std::string::npos)
+        << r.out;
+  }
+  {
+    const Result r = run_ced("diff " + near.string() + " " + clean.string() + " --policy " +
+                             policy("nt-exact.toml", kBaseMaxMargin, true));
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    EXPECT_NE(r.out.find("2 near-ties, 0 real disagreements"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("min_jaccard"), std::string::npos) << r.out;
+  }
+  {
+    const Result r = run_ced("diff " + near.string() + " " + clean.string() + " --policy " +
+                             policy("nt-below.toml", gap / 2, false));
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    EXPECT_NE(r.out.find(fmt::format("worst: runs/{}/layers/{}/topk, position {}", run, nt.layer,
+                                     plant::position_of(base, nt))),
+              std::string::npos)
+        << r.out;
+  }
+  for (bool ref : {false, true}) {
+    const fs::path a = ref ? clean : real, b = ref ? real : clean;
+    const Result r = run_ced("diff " + a.string() + " " + b.string() + " --policy " + tol);
+    EXPECT_EQ(r.code, 1) << r.out << r.err;
+    EXPECT_NE(r.out.find(fmt::format("worst: runs/{}/layers/{}/topk, position {}", run, rs.layer,
+                                     plant::position_of(base, rs))),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("near_tie"), std::string::npos) << r.out;
+  }
+  // a version-1 reference: no scores, so near_tie cannot judge; said, exit 0
+  const fs::path v1 = scratch() / "nt-v1.h5";
+  fs::copy_file(clean, v1, fs::copy_options::overwrite_existing);
+  {
+    hid_t file = H5Fopen(v1.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t a = H5Aopen(file, "format_version", H5P_DEFAULT);
+    const int64_t one = 1;
+    ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &one), 0);
+    H5Aclose(a);
+    H5Fclose(file);
+  }
+  const Result r = run_ced("diff " + real.string() + " " + v1.string() + " --policy " + tol);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("near-tie test not possible: the reference has no index scores (a version-1 file)"),
+            std::string::npos)
+      << r.out;
+}
+
+// The same through `ced gate`: the golden file (the reference) of a copy
+// planted with a swap at a near-tied boundary passes a policy whose near_tie
+// covers the row's gap and fails one below it; a swap of the top entry fails.
+TEST(JudgePlantCli, CedGateClassifiesANearTieInAGoldenCopyAndFailsARealSwap) {
+  const fs::path dir = scratch() / "golden-nt";
+  const RunFile golden = read_run_file(golden::default_golden_dir() / "tiny.h5");
+  const size_t run = 1;  // ced-bounded
+  // a full row whose boundary margin is not zero, and a row whose top entry
+  // scores well above its k-th
+  int64_t nl = -1, nr = -1, rl = -1, rr = -1;
+  double gap = 0;
+  for (const auto& c : golden.runs[run].result.layers) {
+    ASSERT_EQ(c.has_topk, c.has_scores) << c.layer;
+    for (Eigen::Index row = 0; c.has_scores && row < c.topk.rows(); ++row) {
+      const double m = c.kth_score[size_t(row)] - c.left_out_score[size_t(row)];
+      if (nl < 0 && m > 0) nl = c.layer, nr = row, gap = m;
+    }
+  }
+  ASSERT_GE(nl, 0);
+  for (const auto& c : golden.runs[run].result.layers)
+    for (Eigen::Index row = 0; c.has_scores && rl < 0 && row < c.topk.rows(); ++row)
+      if (c.topk(row, 1) >= 0 && c.topk_scores(row, 0) - c.kth_score[size_t(row)] > 2 * gap) rl = c.layer, rr = row;
+  ASSERT_GE(rl, 0);
+  auto gate = [&](int64_t layer, int64_t row, int64_t col, double tol) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    RunFile f = golden;
+    for (auto& c : f.runs[run].result.layers)
+      if (c.layer == layer) c.topk(row, col) = 100000;  // an entry id no row holds; its score kept
+    write_run_file(dir / "tiny.h5", f);
+    write_text(dir / "nt.toml", fmt::format("[[rule]]\npattern = \"runs/*/layers/*/topk\"\nreason = \"plant test\"\n"
+                                            "near_tie = {:.17g}\n[[rule]]\npattern = \"**\"\nreason = \"reference-f64 "
+                                            "reproduces its golden files bitwise\"\natol = 0\nrtol = 0\n",
+                                            tol));
+    return run_ced("gate --golden " + dir.string() + " --policy " + (dir / "nt.toml").string());
+  };
+  int64_t k = 0;
+  for (const auto& c : golden.runs[run].result.layers)
+    if (c.has_topk) k = c.topk.cols();
+  {
+    const Result g = gate(nl, nr, k - 1, gap);
+    EXPECT_EQ(g.code, 0) << g.out << g.err;
+  }
+  const auto pos = [&](int64_t layer, int64_t row) {
+    for (const auto& c : golden.runs[run].result.layers)
+      if (c.layer == layer) return c.positions[size_t(row)];
+    return int64_t(-1);
+  };
+  const std::string name = golden.runs[run].name;
+  for (const auto& [layer, row, col, tol] :
+       {std::tuple{nl, nr, k - 1, gap / 2}, std::tuple{rl, rr, int64_t(0), gap}}) {
+    const Result g = gate(layer, row, col, tol);
+    EXPECT_EQ(g.code, 1) << g.out << g.err;
+    EXPECT_NE(g.out.find(fmt::format("tiny.h5:{}: runs/{}/layers/{}/topk worst at position {}", name, name, layer,
+                                     pos(layer, row))),
+              std::string::npos)
+        << g.out;
   }
   fs::remove_all(dir);
 }

@@ -85,6 +85,26 @@ TEST(TopK, ReversedTieBreakIsDetectable) {
   EXPECT_EQ(topk(ids, s, 2, true), (std::vector<int64_t>{0, 1}));
 }
 
+// docs/spec.md §9.1: the scores stored with a selection, by hand: 2 at id 3
+// ranks before 2 at id 1 (larger id first), then 0.5; 0 is the best left out.
+TEST(TopK, ScoredTopkIsTopkWithItsScoresAndTheBestLeftOut) {
+  const std::vector<int64_t> ids = {0, 1, 2, 3, 4};
+  const std::vector<double> s = {0.5, 2.0, -1.0, 2.0, 0.0};
+  const ScoredTopk<double> a = topk_scored(ids, s, 3);
+  EXPECT_EQ(a.ids, (std::vector<int64_t>{3, 1, 0}));
+  EXPECT_EQ(a.scores, (std::vector<double>{2.0, 2.0, 0.5}));
+  EXPECT_EQ(a.left_out, 0.0);
+  EXPECT_EQ(a.ids, topk(ids, s, 3));
+  // every entry taken: nothing left out
+  const ScoredTopk<double> all = topk_scored(ids, s, 5);
+  EXPECT_EQ(all.scores, (std::vector<double>{2.0, 2.0, 0.5, 0.0, -1.0}));
+  EXPECT_TRUE(std::isnan(all.left_out));
+  // the reversed tie-break fault moves the left-out entry with the selection
+  const ScoredTopk<double> rev = topk_scored(ids, s, 1, true);
+  EXPECT_EQ(rev.ids, (std::vector<int64_t>{1}));
+  EXPECT_EQ(rev.left_out, 2.0);
+}
+
 TEST(TopK, TakesAllWhenFewerThanK) {
   EXPECT_EQ(topk<double>({4, 7}, {1.0, 3.0}, 5), (std::vector<int64_t>{7, 4}));
 }

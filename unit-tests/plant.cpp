@@ -22,6 +22,15 @@ using MatI = Eigen::Matrix<int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMa
   throw std::invalid_argument(fmt::format("plant {}: {}", p.describe(), why));
 }
 
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+void drop_scores(LayerCapture& c) {
+  c.has_scores = false;
+  c.topk_scores.resize(0, 0);
+  c.kth_score.clear();
+  c.left_out_score.clear();
+}
+
 template <class M>
 M drop_row(const M& m, int64_t row) {
   M out(m.rows() - 1, m.cols());
@@ -44,7 +53,8 @@ const std::vector<Kind>& all_kinds() {
       Kind::Scaled,           Kind::NaN,          Kind::PosInf,          Kind::NegInf,
       Kind::NegZero,          Kind::RunRemoved,   Kind::RunAdded,        Kind::LayerRemoved,
       Kind::LayerAdded,       Kind::TopkRemoved,  Kind::PositionRemoved, Kind::PositionAdded,
-      Kind::SelectionRowCleared, Kind::SelectionChanged, Kind::PositionsDuplicated, Kind::PositionsPermuted,
+      Kind::SelectionRowCleared, Kind::SelectionChanged, Kind::SelectionNearTie, Kind::PositionsDuplicated,
+      Kind::PositionsPermuted,
       Kind::AttributeChanged, Kind::ConfigKeyChanged, Kind::WeightSeedChanged, Kind::TokenChanged};
   return k;
 }
@@ -65,6 +75,7 @@ const char* kind_name(Kind k) {
     case Kind::PositionAdded: return "position-added";
     case Kind::SelectionRowCleared: return "selection-row-cleared";
     case Kind::SelectionChanged: return "selection-changed";
+    case Kind::SelectionNearTie: return "selection-near-tie";
     case Kind::PositionsDuplicated: return "positions-duplicated";
     case Kind::PositionsPermuted: return "positions-permuted";
     case Kind::AttributeChanged: return "attribute-changed";
@@ -136,6 +147,7 @@ std::string Plant::describe() const {
 RunFile make_base(uint64_t seed, int runs, double range) {
   const Config c = builtin_config("tiny");
   std::mt19937_64 rng(seed);
+  std::mt19937_64 score_rng(seed ^ 0x5c0e5);  // apart, so the other values do not depend on the scores
   std::uniform_real_distribution<double> u(-range, range);
   RunFile f;
   f.generator = "plant::make_base";
@@ -183,12 +195,31 @@ RunFile make_base(uint64_t seed, int runs, double range) {
           std::shuffle(ids.begin(), ids.end(), rng);
           for (int64_t j = 0; j < n; ++j) cap.topk(i, j) = ids[size_t(j)];
         }
+        // scores in rank order (make_base's comment)
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        std::uniform_real_distribution<double> kth(-range, range), step(1, 2), margin(0.01, 0.5);
+        cap.has_scores = true;
+        cap.topk_scores = MatD::Constant(cap.topk.rows(), cap.topk.cols(), nan);
+        for (Eigen::Index i = 0; i < cap.topk.rows(); ++i) {
+          int64_t n = 0;
+          while (n < cap.topk.cols() && cap.topk(i, n) >= 0) ++n;
+          const double k = kth(score_rng), s = step(score_rng), m = margin(score_rng);
+          for (int64_t x = 0; x < n; ++x) cap.topk_scores(i, x) = k + double(n - 1 - x) * s;
+          cap.kth_score.push_back(k);
+          cap.left_out_score.push_back(n == cap.topk.cols() ? k - m : nan);
+        }
       }
       r.layers.push_back(std::move(cap));
     }
     f.runs.push_back({fmt::format("{}-{}", modes[k % 3], k), std::move(r)});
   }
   return f;
+}
+
+double boundary_margin(const RunFile& base, const Plant& p) {
+  for (const auto& c : base.runs.at(size_t(p.run)).result.layers)
+    if (c.layer == p.layer && c.has_scores) return c.kth_score.at(size_t(p.row)) - c.left_out_score.at(size_t(p.row));
+  misfit(p, "no scored selection");
 }
 
 int64_t position_of(const RunFile& f, const Plant& p) {
@@ -255,6 +286,7 @@ RunFile apply(const RunFile& base, const Plant& p) {
       add.layer = p.layer;
       add.has_topk = false;
       add.topk.resize(0, 0);
+      drop_scores(add);
       r.layers.push_back(std::move(add));
       std::sort(r.layers.begin(), r.layers.end(), [](const auto& a, const auto& b) { return a.layer < b.layer; });
       break;
@@ -263,12 +295,18 @@ RunFile apply(const RunFile& base, const Plant& p) {
       if (!cap || !cap->has_topk) misfit(p, "no selection");
       cap->has_topk = false;
       cap->topk.resize(0, 0);
+      drop_scores(*cap);
       break;
     case Kind::PositionRemoved:
       if (p.row < 0 || p.row >= m.rows()) misfit(p, "no such row");
       m = drop_row(m, p.row);
       pos.erase(pos.begin() + p.row);
       if (cap && cap->has_topk) cap->topk = drop_row(cap->topk, p.row);
+      if (cap && cap->has_scores) {
+        cap->topk_scores = drop_row(cap->topk_scores, p.row);
+        cap->kth_score.erase(cap->kth_score.begin() + p.row);
+        cap->left_out_score.erase(cap->left_out_score.begin() + p.row);
+      }
       break;
     case Kind::PositionAdded: {
       if (pos.empty() || pos.front() == 0) misfit(p, "position 0 is taken");
@@ -276,11 +314,21 @@ RunFile apply(const RunFile& base, const Plant& p) {
       m = insert_row(m, 0, row);
       pos.insert(pos.begin(), 0);
       if (cap && cap->has_topk) cap->topk = insert_row(cap->topk, 0, MatI::Constant(1, cap->topk.cols(), -1).eval());
+      if (cap && cap->has_scores) {  // nothing visible at position 0: nothing selected, nothing left out
+        cap->topk_scores = insert_row(cap->topk_scores, 0, MatD::Constant(1, cap->topk.cols(), kNaN).eval());
+        cap->kth_score.insert(cap->kth_score.begin(), kNaN);
+        cap->left_out_score.insert(cap->left_out_score.begin(), kNaN);
+      }
       break;
     }
     case Kind::SelectionRowCleared:
       if (!cap || !cap->has_topk || p.row < 0 || p.row >= cap->topk.rows()) misfit(p, "no selection row");
       cap->topk.row(p.row).setConstant(-1);
+      if (cap->has_scores) {  // everything left out: the best of it is the former top entry
+        cap->left_out_score[size_t(p.row)] = cap->topk_scores(p.row, 0);
+        cap->topk_scores.row(p.row).setConstant(kNaN);
+        cap->kth_score[size_t(p.row)] = kNaN;
+      }
       break;
     case Kind::SelectionChanged: {
       if (!cap || !cap->has_topk || p.row < 0 || p.row >= cap->topk.rows()) misfit(p, "no selection row");
@@ -288,6 +336,13 @@ RunFile apply(const RunFile& base, const Plant& p) {
       const int64_t j = p.col % row.size();
       int64_t id = 12 + p.col;  // base ids are < 12: never in the row
       row(j) = id;
+      break;
+    }
+    case Kind::SelectionNearTie: {
+      if (!cap || !cap->has_topk || !cap->has_scores || p.row < 0 || p.row >= cap->topk.rows())
+        misfit(p, "no scored selection row");
+      if (std::isnan(cap->left_out_score[size_t(p.row)])) misfit(p, "the row left nothing out");
+      cap->topk(p.row, cap->topk.cols() - 1) = 20;  // base ids are < 12: never in the row
       break;
     }
     case Kind::PositionsDuplicated:

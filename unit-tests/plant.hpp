@@ -34,7 +34,10 @@ enum class Kind {
   PositionRemoved,     // one row of logits (layer < 0) or of a layer's capture
   PositionAdded,       // a row at a position the base does not store
   SelectionRowCleared, // one selection row set to -1 (nothing selected)
-  SelectionChanged,    // one selection element replaced by an entry id not in its row
+  SelectionChanged,    // one selection element replaced by an entry id not in its row (its score kept):
+                       // at col 0 of a row of two or more, a real swap (docs/spec.md §8.3 gap >= 1)
+  SelectionNearTie,    // a full row's k-th entry swapped for an entry the row does not hold, which takes
+                       // over its score: a swap at the boundary whose §8.3 gap is boundary_margin()
   // malformed positions (the loaders refuse these files; in memory diff_runs refuses them)
   PositionsDuplicated,
   PositionsPermuted,
@@ -73,7 +76,15 @@ struct Plant {
 // 0..L-2 (the last left free for LayerAdded) with selections on the layers
 // that have a compressor, values drawn from seed in [-range, range] with
 // repeated values (ties) mixed in. Valid: write_run_file accepts it.
+// Selections come with their scores (docs/spec.md §9.1): the entries of a row
+// of n score kth + (n-1-x)·step (step in [1, 2], so rank order), a full row
+// leaves an entry out at kth - margin (margin in [0.01, 0.5], below every
+// step), a shorter row leaves nothing out (NaN).
 RunFile make_base(uint64_t seed, int runs = 3, double range = 4.0);
+
+// The base's margin at a plant's selection row: kth_score - left_out_score
+// (NaN when the row left nothing out). A SelectionNearTie there has this gap.
+double boundary_margin(const RunFile& base, const Plant& p);
 
 // Applies p to a copy of base's side. Throws std::invalid_argument if the
 // plant does not fit the base (no such run, layer, row).
