@@ -83,10 +83,14 @@ class Layer:
             g = torch.cat([src.g, src.g.new_zeros((1, src.g.shape[1]))])
             gk = g[torch.where(sel >= 0, sel, torch.full_like(sel, ne))]     # [n, k, hd]
             keys, valid = torch.cat([keys, gk], 1), torch.cat([valid, sel >= 0], 1)
-        o = steps.attention(q, keys, valid, w["attn_sink"], cfg, pos)
+        o = steps.attention(q, keys, valid, w["attn_sink"], self.attention_scale(q), cfg, pos)
         x = x + steps.output(o, w, cfg)
         x = x + steps.ffn(x, w, cfg)
         return x, sel
+
+    def attention_scale(self, like: torch.Tensor) -> torch.Tensor:
+        """One method per layer, so that a test can break a single layer's scale."""
+        return steps.attention_scale(self.cfg, like)
 
     def _local_keys(self, pos: torch.Tensor):
         """docs/spec.md §3.5: the local entries j = lo(p)..p, as [n, W, hd] with a validity mask."""

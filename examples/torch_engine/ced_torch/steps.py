@@ -115,11 +115,16 @@ def candidate_pool(scores, visible, n_visible, bs: int, topk_blocks: int) -> tor
     return chosen[:, entry_block] & visible
 
 
-def attention(q, keys, key_valid, sink, cfg, pos) -> torch.Tensor:
+def attention_scale(cfg, like: torch.Tensor) -> torch.Tensor:
+    """docs/spec.md §3.5: s = 1/sqrt(hd) in double, rounded to the model's type."""
+    return scalar(1.0 / cfg.head_dim ** 0.5, like)
+
+
+def attention(q, keys, key_valid, sink, scale, cfg, pos) -> torch.Tensor:
     """docs/spec.md §3.5 over the entry list keys [n, e, hd] (local window, then the selected global
     entries; key_valid [n, e] marks the real ones): softmax with the sink in the denominator, then
     RoPE⁻¹ at p. q [n, H, hd] -> o [n, H, hd]."""
-    logit = torch.einsum("nhd,ned->nhe", q, keys) * scalar(1.0 / cfg.head_dim ** 0.5, q)
+    logit = torch.einsum("nhd,ned->nhe", q, keys) * scale
     logit = logit.masked_fill(~key_valid[:, None, :], NEG_INF)
     sink_col = sink.reshape(1, -1, 1).expand(q.shape[0], -1, 1)
     weight = torch.softmax(torch.cat([sink_col, logit], dim=2), dim=2)[:, :, 1:]

@@ -112,3 +112,9 @@ def safetensors_metadata(path: str) -> dict:
 
     with safe_open(path, framework="pt") as f:
         return dict(f.metadata() or {})
+
+
+def token_stream(cfg: Config, n: int, token_seed: int) -> list[int]:
+    """docs/spec.md §2.3: tokens[i] = splitmix64((fnv1a64("tokens") xor splitmix64(seed)) + i) mod V."""
+    base = fnv1a64("tokens") ^ splitmix64(token_seed)
+    return [splitmix64((base + i) & M64) % cfg.vocab_size for i in range(n)]
