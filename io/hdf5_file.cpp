@@ -5,12 +5,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <bit>
 #include <limits>
 #include <set>
 #include <stdexcept>
 
 #include "io/h5_util.hpp"
 #include "io/hdf5_run.hpp"
+#include "io/weights_export.hpp"
 #include "model/error.hpp"
 #include "model/plan.hpp"
 #include "model/weights.hpp"
@@ -203,14 +205,18 @@ void read_inputs(hid_t file, RunFile& f) {
 // ---- weights (docs/spec.md §2) ----------------------------------------------------
 
 void write_weights(hid_t file, const Config& c, uint64_t weight_seed, const std::string& dtype) {
-  if (dtype != "f32" && dtype != "f64") fail("/weights", fmt::format("dtype '{}' is not f32 or f64", dtype));
+  if (dtype != "f32" && dtype != "f64" && dtype != "bf16")
+    fail("/weights", fmt::format("dtype '{}' is not f32, f64 or bf16", dtype));
   h5::create_group(file, "/weights");
   h5::write_string_attr(file, "/weights", "dtype", dtype);
   h5::write_uint_attr(file, "/weights", "weight_seed", weight_seed);
   for (const TensorSpec& t : weight_specs(c, make_plan(c))) {
-    const std::vector<double> v = generate_tensor(t, weight_seed);
+    std::vector<double> v = generate_tensor(t, weight_seed);
+    // bf16 values are stored as the float32 they stand for (exact; docs/spec.md §9.1).
+    if (dtype == "bf16")
+      for (double& x : v) x = std::bit_cast<float>(uint32_t(bf16_bits_of(x)) << 16);
     const std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
-    h5::write_reals(file, "/weights/" + t.name, v.data(), dims, dtype == "f32");
+    h5::write_reals(file, "/weights/" + t.name, v.data(), dims, dtype != "f64");
   }
 }
 

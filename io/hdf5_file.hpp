@@ -39,7 +39,7 @@ struct RunFile {
   // The tokens were given, not generated; when false they must equal
   // make_tokens(token_seed, V, tokens.size()) (checked both ways).
   bool tokens_explicit = false;
-  // "" = no /weights; "f32" | "f64": write every tensor of weight_specs
+  // "" = no /weights; "f32" | "f64" | "bf16": write every tensor of weight_specs
   // generated from weight_seed. Reading sets it; the tensors stay in the
   // file (read_weight).
   std::string weights_dtype;

@@ -1,14 +1,13 @@
 #include "tools/common.hpp"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
-#include <fstream>
 
+#include "io/atomic_write.hpp"
 #include "model/error.hpp"
 
 namespace ced::tools {
@@ -82,25 +81,6 @@ Config ModelOptions::load() const {
   return c;
 }
 
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) throw InputError(fmt::format("cannot write '{}'", path));
-    out << text;
-    out.close();
-    if (!out) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      throw InputError(fmt::format("cannot write '{}'", path));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    throw InputError(fmt::format("cannot write '{}': {}", path, ec.message()));
-  }
-}
+void write_text_atomically(const std::string& path, const std::string& text) { write_bytes_atomically(path, text); }
 
 }  // namespace ced::tools

@@ -1,0 +1,47 @@
+// `ced export` (docs/spec.md §10): every weight tensor of docs/spec.md §2.2, and
+// optionally the prompt tokens, as safetensors (docs/spec.md §9.4) or HDF5 (§9.1).
+#include <fmt/format.h>
+
+#include "io/weights_export.hpp"
+#include "model/error.hpp"
+#include "model/weights.hpp"
+#include "tools/common.hpp"
+
+namespace ced::tools {
+
+Runner add_export(CLI::App& app) {
+  struct Opts {
+    ModelOptions model;
+    std::string dtype = "f32", format = "safetensors", out;
+    int64_t tokens = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* sub = app.add_subcommand("export", "write every weight tensor (and optionally the prompt) as safetensors or HDF5");
+  o->model.add(sub);
+  sub->add_option("--dtype", o->dtype, "f32 | f64 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f64", "bf16"}));
+  sub->add_option("--format", o->format, "safetensors | h5")->capture_default_str()->check(CLI::IsMember({"safetensors", "h5"}));
+  sub->add_option("--tokens", o->tokens, "also the first N prompt tokens of docs/spec.md §2.3 (tensor `tokens`)")
+      ->transform(integer_in(1, kMaxLength));
+  sub->add_option("--out", o->out, "output file")->required()->check(non_empty());
+  return {sub, [o] {
+            WeightsExport e;
+            e.config = o->model.load();
+            e.weight_seed = o->model.weight_seed;
+            e.token_seed = o->model.token_seed;
+            e.n_tokens = o->tokens;
+            e.dtype = o->dtype;
+            e.generator = fmt::format("ced export (ced-harness {})", CED_VERSION);
+            std::printf("config %s, weight_seed %llu, token_seed %llu, dtype %s, format %s\n", e.config.name.c_str(),
+                        (unsigned long long)e.weight_seed, (unsigned long long)e.token_seed, e.dtype.c_str(),
+                        o->format.c_str());
+            // The whole model is generated in memory first: v41-flash is refused up front.
+            check_fits_in_memory(e.config, 1, e.dtype == "f64" ? "reference-f64" : "reference");
+            write_weights_export(o->out, e, o->format);
+            std::printf("wrote %s (%zu weight tensors%s)\n", o->out.c_str(),
+                        weight_specs(e.config, make_plan(e.config)).size(),
+                        e.n_tokens > 0 ? fmt::format(", {} tokens", e.n_tokens).c_str() : "");
+            return 0;
+          }};
+}
+
+}  // namespace ced::tools
