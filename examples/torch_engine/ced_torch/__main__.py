@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -16,6 +17,21 @@ import torch
 
 from . import config, harness, weights
 from .model import Engine
+
+
+def _ced_config(ced, meta: dict):
+    """The exported file's config as a `ced.Config` (through a TOML file `ced.config` reads)."""
+    import tempfile
+
+    keys = json.loads(meta["config"])
+    name = keys.pop("name", "custom")
+    if name in ced.builtin_configs():
+        return ced.config(name)
+    with tempfile.TemporaryDirectory() as d:
+        path = f"{d}/{name}.toml"
+        with open(path, "w") as f:
+            f.writelines(f"{k} = {json.dumps(v)}\n" for k, v in keys.items())
+        return ced.config(path)
 
 
 def _replay(text):
@@ -41,19 +57,8 @@ def cmd_run(a) -> int:
     res = eng.run(toks, mode=a.mode, replay=_replay(a.replay), prefix=a.prefix, decode=a.decode,
                   logits=a.logits, capture=a.capture)
     dt = time.perf_counter() - t0
-    cfg = ced.config(eng.cfg.name) if eng.cfg.name in ced.builtin_configs() else None
-    if cfg is None:
-        raise SystemExit("run: only built-in configs are written here")
-    req = ced.Request(name=a.run, config=cfg, weight_seed=weight_seed, tokens=toks, mode=res.mode,
-                      replay=res.replay, n_prompt=res.n_prompt, n_replay=res.n_replay,
-                      prefix_len=res.prefix_len, decode_steps=res.decode_steps,
-                      capture_layers=a.capture, logits=a.logits,
-                      core=ced._request(cfg, toks, res.mode, None if res.replay == "none" else res.replay,
-                                        None if res.prefix_len < 0 else res.prefix_len, res.decode_steps,
-                                        a.capture, a.logits))
-    out = harness.as_gate_output(res)
-    run = ced.result(req, out["logits"], out["positions"], out["layers"], replay_start=res.replay_start,
-                     n_replay=res.n_replay, backend="torch-engine", dtype=a.dtype)
+    cfg = _ced_config(ced, meta)
+    run = harness.to_ced_result(res, cfg, toks, a.logits, a.dtype)
     ced.write_run(a.out, cfg, toks, {a.run: run}, weight_seed=weight_seed, token_seed=token_seed,
                   generator="ced_torch (examples/torch_engine)")
     print(f"ced_torch: {eng.cfg.name} N={res.n_prompt} {res.mode} replay={res.replay} s={res.replay_start} "

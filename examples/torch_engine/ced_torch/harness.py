@@ -39,6 +39,23 @@ def as_gate_output(res: RunResult) -> dict:
             "replay_start": res.replay_start, "n_replay": res.n_replay}
 
 
+def to_ced_result(res: RunResult, ced_config, tokens, logits: str = "all", dtype: str = "f32"):
+    """A run of the engine as a `ced.RunResult` (for `ced.write_run` and `ced.compare`), its request
+    attributes (docs/spec.md §9.1) set from the run."""
+    import ced
+    import numpy as np
+
+    req = ced.RunRequest()
+    req.mode, req.replay = res.mode, res.replay
+    req.tokens = np.asarray(tokens, dtype=np.int64)
+    req.n_prompt, req.decode_steps, req.prefix_len = res.n_prompt, res.decode_steps, res.prefix_len
+    req.capture_layers, req.logits = bool(res.layers), logits
+    out = as_gate_output(res)
+    return ced.result(req, out["logits"], out["positions"], out["layers"], config=ced_config,
+                      replay_start=res.replay_start, n_replay=res.n_replay, backend="torch-engine",
+                      dtype=dtype)
+
+
 def run_request(engine: Engine, request) -> RunResult:
     """One `ced.Request` (docs/spec.md §9.1 attributes) on the engine."""
     replay = None if request.replay == "none" else request.replay
