@@ -159,6 +159,7 @@ GateReport run_gate(const GateOptions& o) {
       const std::string reproduce = fmt::format("ced gate --golden {} --backend {} --only {}:{}{}", o.dir.string(),
                                                 entry.name, fname, nr.name,
                                                 o.fault == Fault::None ? "" : std::string(" --fault ") + fault_name(o.fault));
+      rep.judged.push_back({fname, d});
       if (d.pass()) {
         ++rep.passed;
         if (!o.quiet) std::printf("  pass  %s:%s\n", fname.c_str(), nr.name.c_str());

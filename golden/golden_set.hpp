@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backends/registry.hpp"
+#include "compare/run_compare.hpp"
 #include "io/hdf5_file.hpp"
 #include "model/run.hpp"
 
@@ -61,10 +62,17 @@ struct GateFailure {
 struct GateNotSupported {
   std::string file, run, why;
 };
+// One judged run with its whole diff (passing or not), for callers that
+// report more than the failures (the Python package's ced.gate).
+struct GateRun {
+  std::string file;
+  RunDiff diff;
+};
 struct GateReport {
   int64_t runs = 0, passed = 0;  // runs = passed + failures + not_supported
   std::vector<GateFailure> failures;
   std::vector<GateNotSupported> not_supported;
+  std::vector<GateRun> judged;  // every run judged, in gate order
 };
 GateReport run_gate(const GateOptions& o);
 

@@ -23,5 +23,9 @@ esac
 if [ "$tier" != smoke ] && [ "${CED_FUZZ_SECONDS:-60}" -gt 0 ]; then
   FUZZ_SEED=${FUZZ_SEED:-1} "$root/fuzz/run-fuzzers.sh" "${CED_FUZZ_SECONDS:-60}"
 fi
+# The Python package and its tests (scripts/test-python.sh), then CTest.
+if [ "$tier" != smoke ]; then
+  "$root/scripts/test-python.sh"
+fi
 cd "$build"
 exec ctest --output-on-failure -j "$(nproc)" "${args[@]}"
