@@ -81,8 +81,9 @@ class GateEngine:
         key = (cfg.to_json(), int(weight_seed))
         if key not in self.engines:
             name = json.loads(cfg.to_json()).get("name", "config")
-            path = os.path.join(self.workdir, f"{name}-seed{weight_seed}.safetensors")
-            ced.export(path, cfg, weight_seed=int(weight_seed))
+            path = os.path.join(self.workdir, f"{name}-seed{weight_seed}-{self.dtype}.safetensors")
+            ced.export(path, cfg, weight_seed=int(weight_seed),
+                       dtype="f64" if self.dtype == torch.float64 else "f32")
             self.engines[key] = load(path, self.device, self.dtype)
         return self.engines[key]
 
