@@ -40,15 +40,13 @@ def _replay(text):
 
 def cmd_run(a) -> int:
     import ced
-    import h5py
 
     eng = harness.load(a.weights, a.device, torch.float64 if a.dtype == "f64" else torch.float32)
     meta = weights.safetensors_metadata(a.weights)
     weight_seed = int(meta.get("weight_seed", 0))
     if a.tokens_from:
-        with h5py.File(a.tokens_from, "r") as f:
-            toks = f["inputs/tokens"][()].tolist()
-            token_seed = int(f["inputs/tokens"].attrs["token_seed"])
+        golden = ced.read_run(a.tokens_from)            # its /inputs/tokens (docs/spec.md §9.1)
+        toks, token_seed = golden.tokens.tolist(), golden.token_seed
         toks = toks[: a.tokens + a.decode] if a.tokens else toks
     else:
         token_seed = a.token_seed
@@ -122,8 +120,12 @@ def main(argv=None) -> int:
     b.add_argument("--device")
     a = p.parse_args(argv)
     try:
+        from safetensors import SafetensorError
+    except ImportError:                                # only `run` reads safetensors
+        SafetensorError = ValueError
+    try:
         return cmd_run(a) if a.cmd == "run" else cmd_bench(a)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, SafetensorError) as e:    # bad input: one line, exit 2
         print(f"ced_torch: {e}", file=sys.stderr)
         return 2
 
