@@ -381,6 +381,8 @@ def gate(engine: Engine, golden_dir: Optional[str] = None, policy: Optional[str]
     propagates unchanged.
     """
     gdir = os.fspath(golden_dir) if golden_dir is not None else _core.default_golden_dir()
+    if policy is None or policy == "exact":
+        raise InputError(f"gate: policy {policy!r}: name 'calibrated', 'golden', 'bf16' or a policy TOML file")
     files: dict[int, str] = {}
 
     def call(cfg: Config, weight_seed: int, core: RunRequest) -> RunResult:

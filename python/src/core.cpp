@@ -10,7 +10,9 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <algorithm>
 #include <bit>
+#include <filesystem>
 #include <cstdio>
 
 #include "backends/registry.hpp"
@@ -343,7 +345,12 @@ PYBIND11_MODULE(_core, m) {
     BackendEntry entry;
     entry.name = "python";
     entry.scalar = dtype;
-    entry.gate_calibrated = true;
+    // The stored calibration is read only for a policy with self-calibrating
+    // rules, so a golden directory without one can be gated bitwise.
+    const std::string policy_path = policy.empty() ? (std::filesystem::path(dir) / "policy-calibrated.toml").string() : policy;
+    const Policy p = load_policy_file(policy_path);
+    entry.gate_calibrated = std::any_of(p.rules.begin(), p.rules.end(), [](const Rule& r) { return r.calibrate; });
+    entry.golden_policy = "policy-calibrated.toml";
     entry.description = "a Python engine (ced.gate)";
     entry.factory = [engine, dtype](const Config& c, uint64_t seed) {
       return std::make_unique<PythonBackend>(engine, c, seed, dtype);

@@ -254,3 +254,15 @@ def test_gate_accepts_a_dict_of_arrays_and_propagates_engine_errors():
 def test_gate_with_an_unknown_selection_is_an_input_error():
     with pytest.raises(ced.InputError, match="--only"):
         ced.gate(reference_engine(), only="tiny.h5:nope", quiet=True)
+
+
+def test_gate_reads_the_stored_calibration_only_for_a_self_calibrating_policy(tmp_path):
+    import shutil
+    golden = ced._core.default_golden_dir()
+    for name in ("tiny.h5", "policy.toml", "policy-calibrated.toml"):
+        shutil.copy(f"{golden}/{name}", tmp_path / name)
+    assert ced.gate(reference_engine(), golden_dir=tmp_path, policy="golden", quiet=True).passed
+    with pytest.raises(ced.InputError, match="calibration"):
+        ced.gate(reference_engine("reference"), golden_dir=tmp_path, policy="calibrated", quiet=True)
+    with pytest.raises(ced.InputError, match="policy"):
+        ced.gate(reference_engine(), golden_dir=tmp_path, policy=None, quiet=True)
