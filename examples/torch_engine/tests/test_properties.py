@@ -3,7 +3,7 @@ failing on a planted engine."""
 import pytest
 import torch
 
-import properties as prop
+from ced_torch import properties as prop
 from ced_torch.config import Config
 from ced_torch.model import Engine
 

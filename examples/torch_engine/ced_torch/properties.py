@@ -1,5 +1,6 @@
-"""The CED properties of docs/spec.md §4.4 as checks on an Engine; each returns a list of problems
-(empty when the property holds), so a test can show it failing on a planted engine."""
+"""The CED properties of docs/spec.md §4.4 as checks on an Engine (tests/test_properties.py runs
+them); each returns a list of problems (empty when the property holds), so a test can show it
+failing on a planted engine."""
 from __future__ import annotations
 
 import math
