@@ -14,6 +14,9 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
 "$venv/bin/python" -c 'import scikit_build_core' 2>/dev/null ||
   "$venv/bin/pip" install -q --disable-pip-version-check 'scikit-build-core>=0.8'
+# safetensors (PyPI) is how the PyTorch example loads the weights `ced export` writes
+"$venv/bin/python" -c 'import safetensors' 2>/dev/null ||
+  "$venv/bin/pip" install -q --disable-pip-version-check safetensors
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 start=$(date +%s)
 "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation "$root/python"

@@ -1,0 +1,1 @@
+"""The example engine's tests (see ../README.md)."""
