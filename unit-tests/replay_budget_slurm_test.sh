@@ -44,10 +44,15 @@ NodeName=localhost CPUs=$(nproc) State=UNKNOWN
 PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
 export SLURM_CONF=$dir/slurm.conf
-stop() {  # the daemons this test started, by their pid files
+stop() {  # the daemons this test started, by their pid files; each waited for (then killed) in turn
   for f in slurmd.pid slurmctld.pid munged.pid; do
-    [ -s "$dir/$f" ] && kill "$(cat "$dir/$f")" 2> /dev/null
+    [ -s "$dir/$f" ] || continue
+    pid=$(cat "$dir/$f")
+    kill "$pid" 2> /dev/null || continue
+    for _ in $(seq 20); do kill -0 "$pid" 2> /dev/null || break; sleep 0.5; done
+    kill -9 "$pid" 2> /dev/null
   done
+  return 0
 }
 trap stop EXIT
 munged --force -S "$dir/munge.sock" --pid-file="$dir/munged.pid" --log-file="$dir/log/munged.log" \
