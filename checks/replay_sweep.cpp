@@ -13,7 +13,6 @@
 #include "backends/registry.hpp"
 
 namespace ced::prop {
-namespace {
 
 void fill_metrics(DriftRow& row, const double* t, const double* r, int64_t n, bool logits) {
   std::span<const double> ts(t, size_t(n)), rs(r, size_t(n));
@@ -25,10 +24,9 @@ void fill_metrics(DriftRow& row, const double* t, const double* r, int64_t n, bo
     const LogitsCompare lc = compare_logits(ts, rs, {1, n});
     row.kl = lc.max_kl;
     row.top1 = lc.top1_fraction;
+    row.top5 = lc.topk_overlap;
   }
 }
-
-}  // namespace
 
 std::vector<int64_t> default_lengths(const Plan& p) {
   std::set<int64_t> n;

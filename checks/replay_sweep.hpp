@@ -20,7 +20,12 @@ struct DriftRow {
   double rel_l2 = 0, max_abs = 0, kl = 0;
   double top1 = 1;  // fraction agreeing
   bool exact = false;  // bitwise equal
+  double top5 = 1;     // top-5 overlap / 5 (logits)
 };
+
+// The metrics of one row of n values t (bounded) against r (exact): rel L2,
+// max abs, bitwise equality and, for logits, KL, top-1 and top-5.
+void fill_metrics(DriftRow& row, const double* t, const double* r, int64_t n, bool logits);
 
 struct SweepOptions {
   std::vector<int64_t> lengths;   // empty: W..64W doubling, plus R-1, R, R+1, D(W-1)

@@ -159,6 +159,8 @@ void create_group(hid_t file, const std::string& path, bool track_order) {
   if (track_order)
     check(H5Pset_link_creation_order(gcpl.get(), H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED), path,
           "cannot track creation order");
+  // No modification times in the object header: the same contents give the same bytes.
+  check(H5Pset_obj_track_times(gcpl.get(), false), path, "cannot turn off its times");
   Handle g = own(H5Gcreate2(file, path.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose, path,
                  "cannot create the group");
 }
@@ -267,7 +269,10 @@ void write_dataset(hid_t file, const std::string& path, hid_t file_type, hid_t m
                    const std::vector<hsize_t>& dims) {
   Handle space = own(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose, path,
                      "cannot create a dataspace");
-  Handle d = own(H5Dcreate2(file, path.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+  // No modification times in the object header: the same contents give the same bytes.
+  Handle dcpl = own(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, path, "cannot create a property list");
+  check(H5Pset_obj_track_times(dcpl.get(), false), path, "cannot turn off its times");
+  Handle d = own(H5Dcreate2(file, path.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                  H5Dclose, path, "cannot create the dataset");
   hsize_t n = 1;
   for (hsize_t v : dims) n *= v;

@@ -385,11 +385,47 @@ void write_table_file(const fs::path& path, const TableFile& t) {
     write_root(file, t.generator);
     write_config(file, t.config);
     for (const auto& [k, v] : t.attrs) h5::write_string_attr(file, "/", k, v);
-    h5::create_group(file, "/table", /*track_order=*/true);
-    for (const auto& [name, col] : t.columns) {
-      if (col.size() != t.columns.front().second.size()) fail("/table/" + name, "columns differ in length");
-      h5::write_reals(file, "/table/" + name, col.data(), {hsize_t(col.size())}, /*as_float=*/false);
-    }
+    auto write_group = [&](const std::string& g, const auto& columns) {
+      h5::create_group(file, g, /*track_order=*/true);
+      for (const auto& [name, col] : columns) {
+        if (col.size() != columns.front().second.size()) fail(g + "/" + name, "columns differ in length");
+        h5::write_reals(file, g + "/" + name, col.data(), {hsize_t(col.size())}, /*as_float=*/false);
+      }
+    };
+    if (!t.columns.empty() || t.groups.empty()) write_group("/table", t.columns);
+    for (const auto& [g, columns] : t.groups) write_group("/" + g, columns);
+  });
+}
+
+TableFile read_table_file(const fs::path& path, const std::vector<std::string>& attr_names,
+                          const std::vector<std::string>& group_names) {
+  return read_file(path, [&](hid_t file) {
+    TableFile t;
+    if (!h5::has_attr(file, "/", "format") || h5::read_string_attr(file, "/", "format") != kFileFormat)
+      fail("/", fmt::format("not a {} file", kFileFormat));
+    // The table layout is the same in every format version so far.
+    const int64_t version = h5::read_int_attr(file, "/", "format_version");
+    if (version < 1 || version > kFileFormatVersion)
+      fail("/", fmt::format("format_version {} is not supported (this build reads 1 to {})", version,
+                            kFileFormatVersion));
+    t.generator = h5::read_string_attr(file, "/", "generator");
+    t.config = read_config(file, path.string());
+    for (const std::string& a : attr_names)
+      if (h5::has_attr(file, "/", a)) t.attrs.emplace_back(a, h5::read_string_attr(file, "/", a));
+    auto read_group = [&](const std::string& g) {
+      std::vector<std::pair<std::string, std::vector<double>>> columns;
+      for (const std::string& name : h5::list(file, g)) {
+        std::vector<double> col = h5::read_reals(file, g + "/" + name, 1).values;
+        if (!columns.empty() && col.size() != columns.front().second.size())
+          fail(g + "/" + name, "columns differ in length");
+        columns.emplace_back(name, std::move(col));
+      }
+      return columns;
+    };
+    if (h5::exists(file, "/table")) t.columns = read_group("/table");
+    for (const std::string& g : group_names)
+      if (h5::exists(file, "/" + g)) t.groups.emplace_back(g, read_group("/" + g));
+    return t;
   });
 }
 

@@ -104,7 +104,16 @@ struct TableFile {
   Config config;
   std::vector<std::pair<std::string, std::string>> attrs;
   std::vector<std::pair<std::string, std::vector<double>>> columns;  // equal lengths
+  // More tables beside /table (`ced replay-budget`): /<group>/<column>, each
+  // group's columns of equal lengths.
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::vector<double>>>>> groups;
 };
 void write_table_file(const std::filesystem::path& path, const TableFile& t);
+// Reads root attrs format and generator (format_version 1 up to this
+// build's), /config, those of the string attrs named in `attr_names` and of
+// the groups named in `group_names` that the file has (the caller checks
+// what it needs), and /table when present; columns in file order.
+TableFile read_table_file(const std::filesystem::path& path, const std::vector<std::string>& attr_names,
+                          const std::vector<std::string>& group_names);
 
 }  // namespace ced

@@ -239,4 +239,15 @@ CacheFile read_untrusted_cache_file(const fs::path& path) {
   return read_copy(path, [&] { return read_cache_file(copy); });
 }
 
+TableFile read_untrusted_table_file(const fs::path& path, const std::vector<std::string>& attr_names,
+                                    const std::vector<std::string>& group_names) {
+  TempDir dir;
+  const fs::path copy = dir.path / "copy.h5";
+  run_isolated(path.string(), isolation_limits(path), [&] {
+    write_table_file(copy, read_table_file(path, attr_names, group_names));
+    return std::string();
+  });
+  return read_copy(path, [&] { return read_table_file(copy, attr_names, group_names); });
+}
+
 }  // namespace ced

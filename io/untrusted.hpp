@@ -45,6 +45,9 @@ IsolationLimits isolation_limits(const std::filesystem::path& path);
 
 RunFile read_untrusted_run_file(const std::filesystem::path& path);
 CacheFile read_untrusted_cache_file(const std::filesystem::path& path);
+// read_table_file's arguments (the shards of `ced merge`).
+TableFile read_untrusted_table_file(const std::filesystem::path& path, const std::vector<std::string>& attr_names,
+                                    const std::vector<std::string>& group_names);
 
 // The mechanism on its own (tested directly): runs `body` in a forked child
 // under `limits`. Returns the text the child's body returned. Rethrows the

@@ -8,6 +8,7 @@
 #include "model/schedule.hpp"
 #include "reference/backend.hpp"
 #include "reference/engine.hpp"
+#include "reference/replays.hpp"
 
 namespace ced {
 namespace {
@@ -28,10 +29,8 @@ class ReferenceBackend final : public Backend {
     const auto t0 = std::chrono::steady_clock::now();
     RunResult res = result_for(*this, req, p_);
     Engine<T> eng(c_, p_, w_, req.fault, req.poison_truncated, req.capture_layers, &res.flops, req.fault_layer);
-    const int64_t N = req.n_prompt;
     // Encoder start, replay start s, first logit: model/schedule.hpp (shared with optimized/).
     const RunSchedule sched = run_schedule(p_, req, res.n_replay);
-    const int64_t enc_first = sched.encoder_start;  // first position the encoder evaluates
     if (req.mode == Mode::Resume) {
       const int64_t P = req.prefix_len;
       std::shared_ptr<const PersistedCache> cache = req.cache_in;
@@ -40,27 +39,79 @@ class ReferenceBackend final : public Backend {
       eng.import_cache(*cache);
       if (req.want_cache) res.cache = std::make_shared<PersistedCache>(*cache);
     }
-    const int64_t s = sched.replay_start;
-    res.replay_start = s;
-    const int64_t s_eval = (req.fault == Fault::ReplayStartIgnored) ? enc_first : s;
+    const Encoded enc = encode(req, sched, eng);
+    decode_rest(req, sched, eng, enc, res, t0);
+    return res;
+  }
 
+  // A ced prefill's encoder and source-only write do not depend on the replay
+  // policy (docs/spec.md §4.2 steps 1–2): computed once, then each policy
+  // continues a copy of the engine from there.
+  void run_replays(const RunRequest& req, const std::vector<ReplayPolicy>& replays,
+                   const std::function<void(RunResult&&)>& each) {
+    std::vector<RunRequest> reqs(replays.size(), req);
+    for (size_t i = 0; i < replays.size(); ++i) {
+      reqs[i].replay = replays[i];
+      validate_request(c_, reqs[i]);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    FlopCount counts;  // the engines count here; reset to the encoder's counts before each policy
+    counts.resize(p_.L);
+    Engine<T> shared(c_, p_, w_, req.fault, req.poison_truncated, req.capture_layers, &counts, req.fault_layer);
+    const RunResult first = result_for(*this, reqs[0], p_);
+    const Encoded enc = encode(reqs[0], run_schedule(p_, reqs[0], first.n_replay), shared);
+    const FlopCount encoder_counts = counts;
+    const double encoder_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const RunRequest& r : reqs) {
+      const auto t1 = std::chrono::steady_clock::now();
+      RunResult res = result_for(*this, r, p_);
+      counts = encoder_counts;
+      Engine<T> eng = shared;  // counts into `counts` too
+      decode_rest(r, run_schedule(p_, r, res.n_replay), eng, enc, res, t1);
+      res.prefill_seconds += encoder_seconds;
+      res.flops = counts;
+      each(std::move(res));
+    }
+  }
+
+ private:
+  // The encoder's output X [N - encoder_start, d] and layer E's normalised
+  // input x̂_E over the same positions.
+  struct Encoded {
+    Mat<T> X, xhat_E;
+  };
+
+  // docs/spec.md §4.2 steps 1–2 (§6.2 steps 1–2 for a resume).
+  Encoded encode(const RunRequest& req, const RunSchedule& sched, Engine<T>& eng) const {
+    const int64_t enc_first = sched.encoder_start;  // first position the encoder evaluates
     // 1. encoder over enc_first .. N-1
-    Mat<T> X = embed(req.tokens, enc_first, N);
+    Encoded e;
+    e.X = embed(req.tokens, enc_first, req.n_prompt);
     Mat<T> H_prev;  // input of layer E-1 (for the source-only-wrong-layer fault)
     for (int64_t l = 0; l < p_.E; ++l) {
-      if (l == p_.E - 1) H_prev = X;
-      eng.layer(l, enc_first, X, nullptr);
+      if (l == p_.E - 1) H_prev = e.X;
+      eng.layer(l, enc_first, e.X, nullptr);
     }
     // 2. source-only write (ced, resume): every decoder kv source over x̂_E.
     //    In full mode the decoder layers write their own entries as they run.
-    const Mat<T> xhat_E = eng.normalised_input(p_.E, X);
+    e.xhat_E = eng.normalised_input(p_.E, e.X);
     if (req.mode != Mode::Full) {
       if (req.fault == Fault::SourceOnlyWrongLayer) eng.source_only_write(enc_first, eng.normalised_input(p_.E, H_prev));
-      else eng.source_only_write(enc_first, xhat_E);
+      else eng.source_only_write(enc_first, e.xhat_E);
     }
+    return e;
+  }
+
+  // docs/spec.md §4.2 step 3, the logits and §5's decode; `t0` began the prefill.
+  void decode_rest(const RunRequest& req, const RunSchedule& sched, Engine<T>& eng, const Encoded& enc,
+                   RunResult& res, std::chrono::steady_clock::time_point t0) {
+    const int64_t N = req.n_prompt;
+    const int64_t s = sched.replay_start;
+    res.replay_start = s;
+    const int64_t s_eval = (req.fault == Fault::ReplayStartIgnored) ? sched.encoder_start : s;
     // 3. decoder over s_eval .. N-1
-    Mat<T> Xd = X.bottomRows(N - s_eval);
-    const Mat<T> xd_E = xhat_E.bottomRows(N - s_eval);
+    Mat<T> Xd = enc.X.bottomRows(N - s_eval);
+    const Mat<T> xd_E = enc.xhat_E.bottomRows(N - s_eval);
     for (int64_t l = p_.E; l < p_.L; ++l) eng.layer(l, s_eval, Xd, &xd_E);
     if (req.want_cache && req.mode != Mode::Resume) res.cache = std::make_shared<PersistedCache>(eng.export_cache(dtype()));
 
@@ -85,10 +136,8 @@ class ReferenceBackend final : public Backend {
     res.decode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     if (req.capture_layers)
       for (auto& ls : eng.layers) res.layers.push_back(std::move(ls.capture));
-    return res;
   }
 
- private:
   Mat<T> embed(const std::vector<int32_t>& tokens, int64_t a, int64_t b) const {
     Mat<T> X(b - a, c_.d_model);
     for (int64_t p = a; p < b; ++p) X.row(p - a) = w_.embed.row(tokens[size_t(p)]);
@@ -120,6 +169,19 @@ class ReferenceBackend final : public Backend {
 };
 
 }  // namespace
+
+void run_replays(Backend& be, const RunRequest& req, const std::vector<ReplayPolicy>& replays,
+                 const std::function<void(RunResult&&)>& each) {
+  if (req.mode == Mode::Ced && !req.want_cache) {
+    if (auto* r = dynamic_cast<ReferenceBackend<float>*>(&be)) return r->run_replays(req, replays, each);
+    if (auto* r = dynamic_cast<ReferenceBackend<double>*>(&be)) return r->run_replays(req, replays, each);
+  }
+  for (const ReplayPolicy& rp : replays) {
+    RunRequest r = req;
+    r.replay = rp;
+    each(be.run(r));
+  }
+}
 
 std::unique_ptr<Backend> make_reference_backend(const Config& c, uint64_t weight_seed, bool f64) {
   if (f64) return std::make_unique<ReferenceBackend<double>>(c, weight_seed);

@@ -9,6 +9,8 @@ build=${CED_BUILD_DIR:-$root/build}
 packages=(build-essential cmake ninja-build pkg-config libeigen3-dev libhdf5-dev hdf5-tools libgtest-dev libgmock-dev
           librapidcheck-dev libcli11-dev libtomlplusplus-dev libfmt-dev python3
           nlohmann-json3-dev python3-dev python3-venv python3-numpy python3-torch python3-pytest pybind11-dev)
+packages+=(gnuplot-nox)  # the plots of `ced replay-budget` and `ced merge` (tools/replay-budget.gp)
+packages+=(${CED_SETUP_EXTRA:-})  # scripts/test.sh long: slurm-wlm munge for the Slurm test
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -8,6 +8,8 @@ set -euo pipefail
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${CED_BUILD_DIR:-$root/build}
+# The long tier's Slurm test (unit-tests/replay_budget_slurm_test.sh) needs a local Slurm.
+[ "${1:-default}" = long ] && export CED_SETUP_EXTRA="slurm-wlm munge"
 "$root/scripts/setup.sh"
 tier=${1:-default}
 case "$tier" in

@@ -68,5 +68,7 @@ Runner add_replay_error(CLI::App& app);
 Runner add_verify(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_export(CLI::App& app);
+Runner add_replay_budget(CLI::App& app);
+Runner add_merge(CLI::App& app);
 
 }  // namespace ced::tools
