@@ -162,6 +162,25 @@ TEST(SpansCommand, EmpiricalSearchFindsTheOracleSpansOnTiny) {
   EXPECT_FALSE(line_starting(r.out, "decoder: last logits bitwise equal, plain arithmetic").empty()) << r.out;
 }
 
+// The verdict of `ced spans --empirical` is every row's: a model that breaks only the decoder's spans
+// (its replay start ignored, so every replay length looks exact and the search finds 1) fails it, although
+// the encoder rows, printed after them, agree. The hidden --fault plants the difference, as in `ced run`.
+TEST(SpansCommand, MismatchedDecoderRowsFailTheEmpiricalVerdictWhenTheLaterRowsAgree) {
+  const Result r = run_ced("spans --config tiny --empirical --fault replay-start-ignored");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  for (const char* label : {kLast, kDecode}) {
+    const std::vector<long long> v = span_row(r.out, label);
+    ASSERT_EQ(v.size(), 2u) << label << "\n" << r.out;
+    EXPECT_EQ(v[1], 1) << label << "\n" << r.out;
+    EXPECT_NE(line_starting(r.out, label).find("MISMATCH"), std::string::npos) << label << "\n" << r.out;
+  }
+  // the planted difference is confined to the decoder rows, so the last rows cannot carry the verdict
+  for (const char* label : {kEncHidden, kEncNext})
+    EXPECT_NE(line_starting(r.out, label).find(" ok"), std::string::npos) << label << "\n" << r.out;
+}
+
+TEST(SpansCommand, UnknownFaultIsAUsageError) { expect_usage_error("spans --config tiny --fault bogus", "--fault"); }
+
 TEST(SpansCommand, EmpiricalPrefixAtOrPastNIsAUsageError) {
   expect_usage_error("spans --config tiny --empirical --tokens 10 --prefix 10", "--prefix");
 }
