@@ -52,6 +52,7 @@ Runner add_spans(CLI::App& app) {
     bool empirical = false;
     int64_t tokens = -1, prefix = -1;
     uint64_t weight_seed = 0;
+    std::string fault = "none";
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("spans", "replay spans: the oracle's, and with --empirical the ones found on the model");
@@ -62,8 +63,11 @@ Runner add_spans(CLI::App& app) {
   sub->add_option("--prefix", o->prefix, "prefix P of the encoder-resume search (default 1 + E(W-1) + W)")
       ->transform(integer_in(0, kMaxLength));
   sub->add_option("--weight-seed", o->weight_seed, "weight_seed of docs/spec.md §2")->capture_default_str()->transform(unsigned_integer());
+  // Test only, as in `ced run`: a model that breaks one span shows that its row alone fails the verdict.
+  sub->add_option("--fault", o->fault, "test only: inject a fault into the searched model")->group("");
   return {sub, [o] {
             const Config c = load_config(o->config);
+            const Fault fault = parse_fault(o->fault);
             const Plan p = make_plan(c);
             const int64_t R = p.exact_replay(), Db = p.exact_decode_replay();
             const int64_t encH = 1 + p.E * (p.W - 1), encN = p.E * (p.W - 1);
@@ -79,7 +83,7 @@ Runner add_spans(CLI::App& app) {
                           "truncated window leaves out as NaN)\n",
                           (long long)N, (long long)P, (unsigned long long)o->weight_seed);
               std::fflush(stdout);
-              const prop::Model m(c, false, Fault::None, o->weight_seed);
+              const prop::Model m(c, false, fault, o->weight_seed);
               Stopwatch sw;
               s = prop::empirical_spans(m, N, P, [&](const std::string& line) {
                 std::fprintf(stderr, "  [%6.1fs] %s\n", sw.seconds(), line.c_str());

@@ -20,6 +20,9 @@
 #include "model/plan.hpp"
 #include "oracle/analytic.hpp"
 #include "checks/replay_sweep.hpp"
+#include "backends/registry.hpp"
+#include "golden/golden_set.hpp"
+#include "io/hdf5_file.hpp"
 
 namespace fs = std::filesystem;
 using namespace ced;
@@ -162,8 +165,57 @@ TEST(SpansCommand, EmpiricalSearchFindsTheOracleSpansOnTiny) {
   EXPECT_FALSE(line_starting(r.out, "decoder: last logits bitwise equal, plain arithmetic").empty()) << r.out;
 }
 
+// The verdict of `ced spans --empirical` is every row's: a model that breaks only the decoder's spans
+// (its replay start ignored, so every replay length looks exact and the search finds 1) fails it, although
+// the encoder rows, printed after them, agree. The hidden --fault plants the difference, as in `ced run`.
+TEST(SpansCommand, MismatchedDecoderRowsFailTheEmpiricalVerdictWhenTheLaterRowsAgree) {
+  const Result r = run_ced("spans --config tiny --empirical --fault replay-start-ignored");
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  for (const char* label : {kLast, kDecode}) {
+    const std::vector<long long> v = span_row(r.out, label);
+    ASSERT_EQ(v.size(), 2u) << label << "\n" << r.out;
+    EXPECT_EQ(v[1], 1) << label << "\n" << r.out;
+    EXPECT_NE(line_starting(r.out, label).find("MISMATCH"), std::string::npos) << label << "\n" << r.out;
+  }
+  // the planted difference is confined to the decoder rows, so the last rows cannot carry the verdict
+  for (const char* label : {kEncHidden, kEncNext})
+    EXPECT_NE(line_starting(r.out, label).find(" ok"), std::string::npos) << label << "\n" << r.out;
+}
+
+TEST(SpansCommand, UnknownFaultIsAUsageError) { expect_usage_error("spans --config tiny --fault bogus", "--fault"); }
+
 TEST(SpansCommand, EmpiricalPrefixAtOrPastNIsAUsageError) {
   expect_usage_error("spans --config tiny --empirical --tokens 10 --prefix 10", "--prefix");
+}
+
+// `ced verify` on tiny, its drift skipped, against a golden directory of tiny.h5 alone (the one slow test
+// of this file, about 7 s of CPU: the property checks on tiny and small): every check is listed ok and
+// the command passes; the CUDA section gates the device backends of the registry (each gated or skipped
+// with its reason), never a CPU backend.
+TEST(VerifyCommand, PassesOnTinyWithEveryCheckOkAndGatesOnlyDeviceBackendsAsCuda) {
+  const fs::path golden_dir = scratch() / "golden-tiny";
+  fs::create_directories(golden_dir);
+  for (const auto& e : fs::directory_iterator(golden::default_golden_dir()))
+    if (e.path().extension() == ".toml" || e.path().filename() == "tiny.h5")
+      fs::copy_file(e.path(), golden_dir / e.path().filename(), fs::copy_options::overwrite_existing);
+  const Result r = run_ced("verify --config tiny --skip-drift --golden " + golden_dir.string());
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("\nPASS: every check passed ("), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("FAIL"), std::string::npos) << r.out;
+  // 12 property checks on each of tiny and small, each listed ok
+  size_t ok_rows = 0;
+  for (size_t at = r.out.find("\n  ok   "); at != std::string::npos; at = r.out.find("\n  ok   ", at + 1)) ++ok_rows;
+  EXPECT_EQ(ok_rows, 24u) << r.out;
+  const size_t n = read_run_file(golden_dir / "tiny.h5").runs.size();
+  EXPECT_NE(r.out.find(fmt::format("  {} runs, {} passed, 0 not supported\n", n, n)), std::string::npos) << r.out;
+  const size_t from = r.out.find("== CUDA side by side\n"), to = r.out.find("\n== summary");
+  ASSERT_NE(from, std::string::npos) << r.out;
+  ASSERT_NE(to, std::string::npos) << r.out;
+  const std::string cuda = r.out.substr(from, to - from);
+  for (const auto& e : backend_table()) {
+    const bool listed = cuda.find("\n  " + e.name + ": ") != std::string::npos;
+    EXPECT_EQ(listed, e.host_bytes_per_value == 0) << e.name << "\n" << cuda;
+  }
 }
 
 TEST(BenchCommand, PrintsEachPhaseAndTheOracleRatio) {

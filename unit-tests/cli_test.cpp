@@ -209,6 +209,29 @@ TEST(Gate, OneElementChangedBy1e9RelativeFailsNamingTheTensor) {
       << rep.failures[0].what;
 }
 
+// The failure line gives the largest absolute error with its place and both values, also when that
+// place is the tensor's first element (flat index 0).
+TEST(Gate, MaxAbsErrorInTheFirstElementIsNamedWithItsPlaceAndValues) {
+  const fs::path dir = scratch() / "golden-copy-first";
+  fs::create_directories(dir);
+  for (const char* name : {"tiny.h5", "policy.toml"})
+    fs::copy_file(golden::default_golden_dir() / name, dir / name, fs::copy_options::overwrite_existing);
+  const RunFile f = read_run_file(dir / "tiny.h5");
+  const double was = f.find_run("full")->result.logits(0, 0);
+  ASSERT_NE(was, 0.0) << "the plant must change the value";
+  perturb(dir / "tiny.h5", "/runs/full/logits", 0, 0, 1e-6);
+  golden::GateOptions g;
+  g.dir = dir;
+  g.quiet = true;
+  const auto rep = golden::run_gate(g);
+  ASSERT_EQ(rep.failures.size(), 1u);
+  // the gate reran the unchanged model, so its value is the one the file held before the plant
+  EXPECT_NE(rep.failures[0].what.find(fmt::format("(max abs error at position {}, column 0: {:.17g} vs {:.17g})",
+                                                  f.find_run("full")->result.positions[0], was, was * (1.0 + 1e-6))),
+            std::string::npos)
+      << rep.failures[0].what;
+}
+
 TEST(Gate, FaultedModelFailsWithTheFirstDivergentLayer) {
   golden::GateOptions g;
   g.dir = golden::default_golden_dir();

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -444,6 +445,49 @@ TEST(Isolation, ChildRunningPastItsTimeIsStopped) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_NE(msg.find("corrupt or unreadable HDF5 file (the reader ran past the limit of 1 s)"), std::string::npos) << msg;
   EXPECT_LT(secs, 5.0);  // the 1 s alarm, with room for a loaded machine
+}
+
+TEST(Isolation, ChildThatBlocksItsAlarmIsKilledByTheParentsDeadline) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = input_error([] {
+    run_isolated("f.h5", {0.5, 1ull << 30}, []() -> std::string {
+      sigset_t alarm;  // a library that blocks the signal its time limit rests on
+      sigemptyset(&alarm);
+      sigaddset(&alarm, SIGALRM);
+      sigprocmask(SIG_BLOCK, &alarm, nullptr);
+      // stuck in the kernel, asleep; bounded so that a parent without its own deadline fails this test
+      // with the answer instead of hanging it
+      for (int i = 0; i < 300; ++i) ::usleep(100000);
+      return "woke after 30 s";
+    });
+  });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(msg.find("corrupt or unreadable HDF5 file (the reader ran past the limit of 0.5 s)"), std::string::npos)
+      << msg;
+  EXPECT_LT(secs, 20.0);  // the parent kills at the limit + 5 s; the rest is room for a loaded machine
+}
+
+// A process may catch signals without SA_RESTART (the Python module's interpreter does): a signal that
+// interrupts the wait for the reader must not lose the reader's exit status.
+TEST(Isolation, ExitStatusOfTheChildSurvivesASignalInterruptingTheWait) {
+  struct sigaction caught {}, old {};
+  caught.sa_handler = [](int) {};
+  caught.sa_flags = 0;  // no SA_RESTART: a blocking waitpid returns EINTR
+  sigemptyset(&caught.sa_mask);
+  ASSERT_EQ(sigaction(SIGALRM, &caught, &old), 0);
+  const itimerval every_50ms{{0, 50000}, {0, 50000}}, off{};
+  ASSERT_EQ(setitimer(ITIMER_REAL, &every_50ms, nullptr), 0);
+  const std::string msg = input_error([] {
+    run_isolated("f.h5", {10, 1ull << 30}, []() -> std::string {
+      // close the answer pipe at once, so the parent sits in waitpid while the timer fires, then fail
+      for (int fd = 3; fd < 1024; ++fd) ::close(fd);
+      ::usleep(500000);
+      ::_exit(7);
+    });
+  });
+  setitimer(ITIMER_REAL, &off, nullptr);
+  sigaction(SIGALRM, &old, nullptr);
+  EXPECT_EQ(msg, "cannot read 'f.h5': corrupt or unreadable HDF5 file (the reader exited with status 7)");
 }
 
 #if !defined(__SANITIZE_ADDRESS__)

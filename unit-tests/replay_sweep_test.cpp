@@ -206,3 +206,54 @@ TEST(ReplaySweep, SvgDrawsBothPanelsWithAPointPerValue) {
   for (int N : {3, 13, 20}) EXPECT_NE(svg.find(fmt::format("font-size=\"9\">{}</text>", N)), std::string::npos) << N;
   EXPECT_EQ(count("font-size=\"9\""), 3u) << svg;
 }
+
+// Without --tokens the sweep runs W, 2W, ..., 64W and the lengths around the plan's spans:
+// R - 1, R, R + 1 and D(W-1) (docs/spec.md §4), each once, ascending.
+TEST(ReplaySweep, DefaultLengthsAreTheWindowDoublingsAndTheLengthsAroundTheSpans) {
+  const Plan p = make_plan(load_config("tiny"));
+  std::vector<int64_t> want;
+  for (int64_t k = 1; k <= 64; k *= 2) want.push_back(k * p.W);
+  const int64_t R = p.exact_replay();
+  for (int64_t x : {R - 1, R, R + 1, p.exact_decode_replay()}) want.push_back(x);
+  std::sort(want.begin(), want.end());
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  EXPECT_EQ(default_lengths(p), want);
+  // tiny: W = 4, R = 13, D(W-1) = 12
+  EXPECT_EQ(default_lengths(p), (std::vector<int64_t>{4, 8, 12, 13, 14, 16, 32, 64, 128, 256}));
+}
+
+// Drawn from rows made by hand, so that each series has its own order of magnitude: the decode series is
+// the largest drift of each N's decode steps, never another kind's, and the axis spans it.
+TEST(ReplaySweep, SvgDecodeSeriesIsTheLargestDecodeDriftOfEachLength) {
+  std::vector<DriftRow> rows;
+  for (int64_t N : {10, 100}) {
+    rows.push_back({.kind = "prefill", .n_prompt = N, .rel_l2 = 1e-3});
+    for (int64_t l : {4, 5}) rows.push_back({.kind = "layer", .n_prompt = N, .layer = l, .rel_l2 = 1e-5});
+    rows.push_back({.kind = "decode", .n_prompt = N, .step = 0, .rel_l2 = 1e-10});
+    rows.push_back({.kind = "decode", .n_prompt = N, .step = 1, .rel_l2 = 1e-9});
+  }
+  const std::string svg = drift_svg(rows, "by hand");
+  // y axis from 1e-9 (the decode maxima; the smaller step's 1e-10 is not drawn) to 1e-2 (above the prefill's 1e-3)
+  EXPECT_NE(svg.find(">1e-9</text>"), std::string::npos) << svg;
+  EXPECT_EQ(svg.find(">1e-10</text>"), std::string::npos) << svg;
+  EXPECT_NE(svg.find(">1e-2</text>"), std::string::npos) << svg;
+}
+
+// Each panel's axis title sits below the panel (and below its tick labels), not inside it.
+TEST(ReplaySweep, SvgAxisTitlesSitBelowTheirPanels) {
+  const std::string svg = drift_svg(sweep().rows, "tiny");
+  auto number_after = [&](size_t at, const std::string& key) {
+    const size_t k = svg.find(key, at);
+    return k == std::string::npos ? -1.0 : std::stod(svg.substr(k + key.size()));
+  };
+  double bottom = -1;  // the panels' frames: <rect x= y= width= height= fill="none" ...>
+  for (size_t at = svg.find("<rect x="); at != std::string::npos; at = svg.find("<rect x=", at + 1))
+    bottom = std::max(bottom, number_after(at, " y=\"") + number_after(at, " height=\""));
+  ASSERT_GT(bottom, 0) << svg;
+  for (const std::string title : {"prompt length N (log scale)", "decoder layer"}) {
+    const size_t end = svg.find(">" + title + "</text>");
+    ASSERT_NE(end, std::string::npos) << title << "\n" << svg;
+    const double y = number_after(svg.rfind("<text ", end), " y=\"");
+    EXPECT_GT(y, bottom + 14) << title << ": the tick labels sit 14 px below the frame\n" << svg;
+  }
+}
