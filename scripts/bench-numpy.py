@@ -16,6 +16,9 @@ candidate pool per §3.3-§3.4, attention per query position, MoE with rows
 grouped by expert. Its weights and tokens are read from the run file that
 `ced run --weights` writes, so it needs no generator of its own.
 
+CPU seconds are printed beside wall seconds (a shared machine stretches the
+latter); ced's exclude weights generation via a 1-token run.
+
 Usage: scripts/bench-numpy.py --ced build/tools/ced [--config bench] [--tokens 1024]
        [--core 0] [--repeat 1] [--threads 1] [--json out.json]
 """
@@ -23,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -238,11 +242,21 @@ class Model:
         return self.rmsnorm(X[-1:], self.W("final_norm")) @ self.W("lm_head")
 
 
-def ced_run(ced, core, config, tokens, backend, out, weights):
+def children_cpu():
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
+def ced_run(ced, core, config, tokens, backend, out, weights, cpu=None):
+    """The prefill seconds `ced run` prints; with `cpu` (a list), also appends
+    the CPU seconds of the whole process (weights generation included)."""
     cmd = ["taskset", "-c", str(core), ced, "run", "--config", config, "--tokens", str(tokens), "--backend", backend,
            "--logits", "last", "--out", out] + (["--weights"] if weights else [])
     env = dict(os.environ, OMP_NUM_THREADS=_THREADS)
+    c0 = children_cpu()
     r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if cpu is not None:
+        cpu.append(children_cpu() - c0)
     if r.returncode != 0:
         fail(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()}")
     m = re.search(r"^([0-9.]+) s, ", r.stdout, re.M)
@@ -270,21 +284,37 @@ def main():
     if a.tokens < 1 or a.repeat < 1:
         fail("--tokens >= 1 and --repeat >= 1")
     os.sched_setaffinity(0, {a.core})
+    names = ("reference-f64", "reference", "numpy-f64", "numpy-f32")
     with tempfile.TemporaryDirectory() as tmp:
         ref64, ref32 = os.path.join(tmp, "f64.h5"), os.path.join(tmp, "f32.h5")
-        times = {"reference-f64": [], "reference": [], "numpy-f64": [], "numpy-f32": []}
-        times["reference-f64"].append(ced_run(a.ced, a.core, a.config, a.tokens, "reference-f64", ref64, True))
-        times["reference"].append(ced_run(a.ced, a.core, a.config, a.tokens, "reference", ref32, False))
+        times = {k: [] for k in names}
+        # CPU seconds: numpy's prefill alone; ced's whole process less that of
+        # a 1-token run (weights generation and file writing), so that a
+        # loaded machine, which stretches wall time, moves them less.
+        cpu = {k: [] for k in names}
+        base = {}
+        for be in ("reference-f64", "reference"):
+            b = []
+            ced_run(a.ced, a.core, a.config, 1, be, os.path.join(tmp, "one.h5"), False, b)
+            base[be] = b[0]
+        times["reference-f64"].append(
+            ced_run(a.ced, a.core, a.config, a.tokens, "reference-f64", ref64, False, cpu["reference-f64"]))
+        times["reference"].append(ced_run(a.ced, a.core, a.config, a.tokens, "reference", ref32, False, cpu["reference"]))
+        ced_run(a.ced, a.core, a.config, 1, "reference-f64", os.path.join(tmp, "w.h5"), True)  # weights and tokens
+        ref64_logits = last_logits(ref64)
+        with h5py.File(ref64, "r") as f:
+            toks = f["inputs"]["tokens"][()][: a.tokens].astype(np.int64)
+        ref64 = os.path.join(tmp, "w.h5")
         with h5py.File(ref64, "r") as f:
             models = {"numpy-f64": Model(f, np.float64), "numpy-f32": Model(f, np.float32)}
-            toks = f["inputs"]["tokens"][()][: a.tokens].astype(np.int64)
-        want = last_logits(ref64)
+        want = ref64_logits
         # Validate before timing (docs/spec.md §8's habit: a wrong engine has no speed).
         bounds = {"numpy-f64": 1e-9, "numpy-f32": 1e-3}
         for name, m in models.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             got = m.prefill(toks)[0].astype(np.float64)
             times[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
             rel = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
             print(f"{name}: last-position logits vs reference-f64, max |diff| / max |ref| = {rel:.3g} "
                   f"(bound {bounds[name]:g}), argmax {int(np.argmax(got))} vs {int(np.argmax(want))}")
@@ -292,29 +322,35 @@ def main():
                 print(f"bench-numpy: {name} disagrees with reference-f64; no timings", file=sys.stderr)
                 return 1
         for _ in range(a.repeat - 1):  # further interleaved rounds
-            times["reference-f64"].append(ced_run(a.ced, a.core, a.config, a.tokens, "reference-f64", ref64, False))
-            times["reference"].append(ced_run(a.ced, a.core, a.config, a.tokens, "reference", ref32, False))
+            for be, out in (("reference-f64", ref64), ("reference", ref32)):
+                times[be].append(ced_run(a.ced, a.core, a.config, a.tokens, be, os.path.join(tmp, "r.h5"), False, cpu[be]))
             for name, m in models.items():
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 m.prefill(toks)
                 times[name].append(time.perf_counter() - t0)
+                cpu[name].append(time.process_time() - c0)
+    for be in ("reference-f64", "reference"):
+        cpu[be] = [c - base[be] for c in cpu[be]]
     best = {k: min(v) for k, v in times.items()}
+    best_cpu = {k: min(v) for k, v in cpu.items()}
     print(f"config {a.config}, N = {a.tokens}, full prefill, core {a.core}, {a.threads} thread(s), "
           f"best of {a.repeat}; load {os.getloadavg()[0]:.2f}")
+    print(f"  {'':14s} {'wall s':>9s} {'CPU s':>9s}")
     for k, v in best.items():
-        print(f"  {k:14s} {v:9.3f} s   (all: {', '.join(f'{x:.3f}' for x in times[k])})")
-    ratios = {
-        "reference-f64 / numpy-f64": best["reference-f64"] / best["numpy-f64"],
-        "reference / numpy-f32": best["reference"] / best["numpy-f32"],
-        "reference-f64 / reference": best["reference-f64"] / best["reference"],
-    }
-    for k, v in ratios.items():
-        print(f"  {k:28s} {v:.3f}")
+        print(f"  {k:14s} {v:9.3f} {best_cpu[k]:9.3f}   (wall: {', '.join(f'{x:.3f}' for x in times[k])}; "
+              f"CPU: {', '.join(f'{x:.3f}' for x in cpu[k])})")
+    pairs = (("reference-f64", "numpy-f64"), ("reference", "numpy-f32"), ("reference-f64", "reference"))
+    ratios = {f"{x} / {y}": best[x] / best[y] for x, y in pairs}
+    cpu_ratios = {f"{x} / {y}": best_cpu[x] / best_cpu[y] for x, y in pairs}
+    print(f"  {'ratio':28s} {'wall':>7s} {'CPU':>7s}")
+    for k in ratios:
+        print(f"  {k:28s} {ratios[k]:7.3f} {cpu_ratios[k]:7.3f}")
     if a.json:
         tmp = a.json + ".tmp"
         with open(tmp, "w") as fh:
             json.dump({"config": a.config, "n_prompt": a.tokens, "threads": a.threads, "core": a.core,
-                       "seconds": times, "best": best, "ratios": ratios}, fh, indent=1)
+                       "seconds": times, "cpu_seconds": cpu, "best": best, "best_cpu": best_cpu, "ratios": ratios,
+                       "cpu_ratios": cpu_ratios, "load_average": os.getloadavg()[0]}, fh, indent=1)
         os.replace(tmp, a.json)
     return 0
 
