@@ -150,9 +150,15 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
       ids.resize(size_t(nv));
       for (int64_t j = 0; j < nv; ++j) ids[size_t(j)] = j;
     }
-    std::vector<T> scores(ids.size());
-    for (size_t e = 0; e < ids.size(); ++e)
-      scores[e] = index_score(iq.data(), w.data(), src.index_keys.row(ids[e]), ih, ihd);
+    // index_score of every entry, head by head: each entry's sum still runs
+    // h ascending over its own dot products (docs/spec.md §3.4).
+    std::vector<T> scores(ids.size(), T(0)), d(ids.size());
+    std::vector<const T*> keys(ids.size());
+    for (size_t e = 0; e < ids.size(); ++e) keys[e] = src.index_keys.row(ids[e]);
+    for (int64_t h = 0; h < ih; ++h) {
+      dots(iq.data() + h * ihd, keys.data(), int64_t(keys.size()), ihd, d.data());
+      for (size_t e = 0; e < ids.size(); ++e) scores[e] += w[size_t(h)] * (d[e] > T(0) ? d[e] : T(0));
+    }
     n_scored[size_t(i)] = int64_t(ids.size());
     ScoredTopk<T> chosen;
     if (lp.candidate_source) {
@@ -209,22 +215,22 @@ void Engine<T>::attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out)
       std::fill(out, out + H * hd, std::numeric_limits<T>::quiet_NaN());
       continue;
     }
-    std::vector<T> wts(static_cast<size_t>(n_entries[size_t(i)]));
+    // The entry list (docs/spec.md §3.5): local entries lo..p, then the selection.
+    const size_t n_e = size_t(n_entries[size_t(i)]);
+    std::vector<const T*> keys;
+    keys.reserve(n_e);
+    for (int64_t j = lo; j <= p; ++j) keys.push_back(ls.local.row(j));
+    for (int64_t k = 0; k < n_sel; ++k) keys.push_back(src->entries.row((*sel)[size_t(k)]));
+    std::vector<T> wts(n_e);
     for (int64_t h = 0; h < H; ++h) {
       const T* qh = q.row(i).data() + h * hd;
-      size_t e = 0;
-      for (int64_t j = lo; j <= p; ++j) wts[e++] = dot(qh, ls.local.row(j), hd) * scale;
-      for (int64_t k = 0; k < n_sel; ++k) wts[e++] = dot(qh, src->entries.row((*sel)[size_t(k)]), hd) * scale;
+      dots(qh, keys.data(), int64_t(n_e), hd, wts.data());
+      for (T& w : wts) w = w * scale;
       softmax_with_sink(wts, lw.attn_sink[h], !faulted(Fault::SinkDropped, l));
       T* o = out + h * hd;
       std::fill(o, o + hd, T(0));
-      e = 0;
-      for (int64_t j = lo; j <= p; ++j, ++e) {
-        const T* v = ls.local.row(j);
-        for (int64_t x = 0; x < hd; ++x) o[x] += wts[e] * v[x];
-      }
-      for (int64_t k = 0; k < n_sel; ++k, ++e) {
-        const T* v = src->entries.row((*sel)[size_t(k)]);
+      for (size_t e = 0; e < n_e; ++e) {
+        const T* v = keys[e];
         for (int64_t x = 0; x < hd; ++x) o[x] += wts[e] * v[x];
       }
       if (!faulted(Fault::RopeInverseSkipped, l)) rope(o, hd, c_.rope_dim, c_.rope_theta, p, -1);

@@ -13,6 +13,7 @@
 #include <omp.h>
 
 #include "model/weights.hpp"
+#include "reference/gemm.hpp"
 
 namespace ced::ref {
 
@@ -22,19 +23,22 @@ namespace ced::ref {
 constexpr int64_t kParallelMultiplyAdds = int64_t(1) << 20;
 
 // Y[n, m] = X[n, k] W[k, m]. Each Y[i, j] = sum over k ascending of
-// X[i, k] * W[k, j], accumulated in T from 0. Rows are independent (OpenMP
-// over rows); the inner loop runs over j, so vectorising it keeps the order.
+// X[i, k] * W[k, j], accumulated in T from 0: the blocked product of
+// reference/gemm.hpp, whose every path gives these bits.
 //
 // thread_dependent (Fault::ThreadDependentReduction, a negative control of the
-// thread and batch invariance tests): threads other than 0 sum k descending.
-// It changes bits only where the parallel region really opens.
+// thread and batch invariance tests): the row loop below, where threads other
+// than 0 sum k descending. It changes bits only where the parallel region
+// really opens.
 template <class T>
 void matmul_rows(const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y, bool thread_dependent = false) {
-  constexpr int64_t kTile = 4;  // rows sharing one pass over W; does not change any element's order
-#pragma omp parallel for schedule(static) if (n * k * m > kParallelMultiplyAdds)
+  const bool parallel = n * k * m > kParallelMultiplyAdds;
+  if (!thread_dependent) return gemm::gemm(X, n, k, W, m, Y, parallel);
+  constexpr int64_t kTile = 4;  // rows sharing one pass over W
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t i0 = 0; i0 < n; i0 += kTile) {
     const int64_t i1 = std::min(n, i0 + kTile);
-    const bool descending = thread_dependent && omp_get_thread_num() != 0;
+    const bool descending = omp_get_thread_num() != 0;
     for (int64_t i = i0; i < i1; ++i) std::fill(Y + i * m, Y + (i + 1) * m, T(0));
     for (int64_t step = 0; step < k; ++step) {
       const int64_t kk = descending ? k - 1 - step : step;
@@ -61,6 +65,27 @@ T dot(const T* a, const T* b, int64_t n) {
   T s = 0;
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
+}
+
+// dot(q, rows[e], n) for e = 0..count-1, each exactly the sequential sum
+// above. Eight sums advance together, one i at a time, so the additions of
+// different sums overlap (and may share a vector register) while each sum
+// keeps its own order.
+template <class T>
+void dots(const T* q, const T* const* rows, int64_t count, int64_t n, T* out) {
+  constexpr int64_t kWays = 8;
+  int64_t e = 0;
+  for (; e + kWays <= count; e += kWays) {
+    T s[kWays] = {};
+    const T* r[kWays];
+    for (int64_t w = 0; w < kWays; ++w) r[w] = rows[e + w];
+    for (int64_t i = 0; i < n; ++i) {
+      const T x = q[i];
+      for (int64_t w = 0; w < kWays; ++w) s[w] += x * r[w][i];
+    }
+    for (int64_t w = 0; w < kWays; ++w) out[e + w] = s[w];
+  }
+  for (; e < count; ++e) out[e] = dot(q, rows[e], n);
 }
 
 // docs/spec.md §3: RMSNorm(v) ⊙ w = (v_i * (1 / sqrt(mean(v²) + eps))) * w_i.

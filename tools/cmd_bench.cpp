@@ -1,25 +1,79 @@
 // `ced bench`: prefill (full, ced bounded) and decode throughput per backend,
-// the achieved FLOP rate from the docs/spec.md §7 FLOP model, and the measured
-// ced/full time ratio beside the oracle's FLOP ratio.
+// the achieved FLOP rate from the docs/spec.md §7 FLOP model against the
+// measured rate of the order-preserving GEMM, and the measured ced/full time
+// ratio beside the oracle's FLOP ratio. Validate, then benchmark: each
+// backend's warm-up run is judged against reference-f64 under its golden
+// policy (self-calibrated from the f32 reference's own error where the
+// registry says so) before any of its figures is printed; a backend that
+// fails is reported and timed no further.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <omp.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <random>
 #include <thread>
 
 #include "compare/compare.hpp"  // json_string
+#include "compare/policy.hpp"
+#include "golden/golden_set.hpp"  // default_golden_dir
 #include "model/error.hpp"
 #include "model/weights.hpp"
 #include "oracle/analytic.hpp"
+#include "reference/gemm.hpp"
 #include "tools/common.hpp"
 
 namespace ced::tools {
+namespace {
+
+struct Timing {
+  std::vector<double> seconds;  // every timed repetition, in order
+  double min() const { return *std::min_element(seconds.begin(), seconds.end()); }
+  double median() const {
+    std::vector<double> s = seconds;
+    std::sort(s.begin(), s.end());
+    const size_t n = s.size();
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+  }
+};
+
+// GFLOP/s of the order-preserving product (reference/gemm.hpp) on a
+// 512 x 512 x 512 product with the current OpenMP threads, best of 3 after a
+// warm-up: the ceiling of every matrix product of the reference.
+template <class T>
+double gemm_peak_gflops() {
+  constexpr int64_t n = 512;
+  std::mt19937_64 g(1);  // seed 1
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<T> X(size_t(n * n)), W(size_t(n * n)), Y(size_t(n * n));
+  for (auto& x : X) x = T(u(g));
+  for (auto& x : W) x = T(u(g));
+  double best = 1e300;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ref::gemm::gemm(X.data(), n, n, W.data(), n, Y.data(), true);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i > 0) best = std::min(best, s);
+  }
+  return 2.0 * double(n * n * n) / best / 1e9;
+}
+
+double load_average() {
+  double l[1] = {0};
+  return getloadavg(l, 1) == 1 ? l[0] : -1;
+}
+
+}  // namespace
 
 Runner add_bench(CLI::App& app) {
   struct Opts {
     ModelOptions model;
-    int64_t tokens = 1024, decode = 8, repeat = 1;
+    int64_t tokens = 1024, decode = 8, repeat = 3, warmup = 1;
     std::vector<std::string> backends = {"reference"};
     std::string json;  // also write the figures here as JSON
+    std::string golden = golden::default_golden_dir().string();
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("bench", "throughput of prefill (full, ced bounded) and decode per backend");
@@ -27,23 +81,72 @@ Runner add_bench(CLI::App& app) {
   o->model.add(sub, false);
   sub->add_option("--tokens", o->tokens, "prompt length N")->capture_default_str()->transform(integer_in(1, kMaxLength));
   sub->add_option("--decode", o->decode, "decode steps")->capture_default_str()->transform(integer_in(0, kMaxLength));
-  sub->add_option("--repeat", o->repeat, "timed repetitions (the best is reported)")
+  sub->add_option("--repeat", o->repeat, "timed repetitions (min and median reported)")
       ->capture_default_str()
       ->transform(integer_in(1, 1000));
+  sub->add_option("--warmup", o->warmup, "untimed runs per backend before timing (the first is validated)")
+      ->capture_default_str()
+      ->transform(integer_in(1, 100));
   sub->add_option("--backend", o->backends, "backends to measure")->capture_default_str()->transform(backend_name());
+  sub->add_option("--golden", o->golden, "golden directory holding the policies the validation applies")
+      ->capture_default_str();
   sub->add_option("--json", o->json, "also write every figure to this JSON file (atomically)");
-  return {sub, [o] {
+  auto fault = std::make_shared<std::string>("none");
+  sub->add_option("--fault", *fault, "test only: inject a fault into the measured backends")->group("");
+  return {sub, [o, fault] {
             const Config c = o->model.load();
             const Plan p = make_plan(c);
             const int64_t N = o->tokens, K = o->decode;
-            if (N < 1 || K < 0 || o->repeat < 1) throw InputError("--tokens >= 1, --decode >= 0, --repeat >= 1");
-            std::printf("ced bench: config %s, N = %lld, decode %lld, weight_seed %llu; %u hardware threads\n",
+            if (N < 1 || K < 0 || o->repeat < 1 || o->warmup < 1)
+              throw InputError("--tokens >= 1, --decode >= 0, --repeat >= 1, --warmup >= 1");
+            std::printf("ced bench: config %s, N = %lld, decode %lld, weight_seed %llu, token_seed %llu; %u hardware "
+                        "threads, %d OpenMP threads, gemm path %s, load average %.2f\n",
                         c.name.c_str(), (long long)N, (long long)K, (unsigned long long)o->model.weight_seed,
-                        std::thread::hardware_concurrency());
-            std::printf("%-14s %-12s %10s %12s %12s %10s\n", "backend", "phase", "seconds", "tokens/s", "GFLOP", "GFLOP/s");
+                        (unsigned long long)o->model.token_seed, std::thread::hardware_concurrency(),
+                        omp_get_max_threads(), ref::gemm::isa_name(ref::gemm::active_isa()), load_average());
+            // Refuse a length no measured backend's memory holds before any work.
+            for (const auto& name : o->backends) check_fits_in_memory(c, N + K, name);
+            const std::vector<int32_t> tokens = make_tokens(o->model.token_seed, c.vocab_size, N + K);
+            RunRequest full;
+            full.n_prompt = N;
+            full.logits = LogitsScope::Last;
+            full.tokens.assign(tokens.begin(), tokens.begin() + N);
+            RunRequest ced = full;
+            ced.mode = Mode::Ced;
+            ced.replay = ReplayPolicy::parse("bounded");
+            RunRequest measured_full = full;  // what the measured backends run (the reference runs stay clean)
+            measured_full.fault = ced.fault = parse_fault(*fault);
+
+            // 1. Validation inputs: reference-f64's logits (what every backend is
+            // judged against) and the f32 reference's error on them (the
+            // calibration), each from one full run; a measured backend's own
+            // first warm-up run serves when it is one of them.
+            std::map<std::string, RunResult> first_run;
+            auto full_run_of = [&](const std::string& name) -> const RunResult& {
+              if (!first_run.count(name)) {
+                check_fits_in_memory(c, N, name);
+                first_run[name] = make_backend(name, c, o->model.weight_seed)->run(full);
+              }
+              return first_run[name];
+            };
+            const std::string run_name = "runs/full/logits";
+            auto calibration = [&]() {
+              const RunResult& r32 = full_run_of("reference");
+              const RunResult& r64 = full_run_of("reference-f64");
+              const TensorCompare tc =
+                  compare_tensors(std::span<const double>(r32.logits.data(), size_t(r32.logits.size())),
+                                  std::span<const double>(r64.logits.data(), size_t(r64.logits.size())),
+                                  {r64.logits.rows(), r64.logits.cols()}, Thresholds{}, TensorDtype::F32);
+              return calibration_of(tc);
+            };
+
+            const double peak32 = gemm_peak_gflops<float>(), peak64 = gemm_peak_gflops<double>();
+            std::printf("ordered GEMM (512^3, %d threads): f32 %.2f GFLOP/s, f64 %.2f GFLOP/s (the %% of peak below)\n",
+                        omp_get_max_threads(), peak32, peak64);
             int rc = 0;
             // JSON rows, one per backend and phase, then one summary per backend.
-            std::vector<std::string> rows, summaries, unsupported;
+            std::vector<std::string> rows, summaries, unsupported, invalid;
+            bool header = false;
             for (const auto& name : o->backends) {
               std::unique_ptr<Backend> be;
               try {
@@ -54,51 +157,86 @@ Runner add_bench(CLI::App& app) {
                 unsupported.push_back(fmt::format("{{\"backend\": {}, \"why\": {}}}", json_string(name), json_string(e.what())));
                 continue;
               }
-              // Best of --repeat; prefill and decode times as the backend measured them
-              // (weights upload and host set-up excluded).
-              auto time_run = [&](RunRequest r, bool decode_phase = false) {
-                r.tokens = make_tokens(o->model.token_seed, c.vocab_size, r.n_prompt + r.decode_steps);
-                double best = 1e300;
+              // 2. Warm-up, the first run judged.
+              const BackendEntry& entry = backend_entry(name);
+              RunResult warm = be->run(measured_full);
+              if (!first_run.count(name) && measured_full.fault == Fault::None) first_run[name] = warm;
+              for (int64_t i = 1; i < o->warmup; ++i) be->run(measured_full);
+              const RunResult& want = full_run_of("reference-f64");
+              const Policy policy = load_policy_file(std::filesystem::path(o->golden) / entry.golden_policy);
+              std::optional<Calibration> cal;
+              if (entry.gate_calibrated) cal = calibration();
+              Comparison cmp;
+              const std::span<const double> t(warm.logits.data(), size_t(warm.logits.size()));
+              const std::span<const double> r(want.logits.data(), size_t(want.logits.size()));
+              if (warm.logits.rows() != want.logits.rows() || warm.logits.cols() != want.logits.cols())
+                throw std::logic_error(fmt::format("{}: logits of shape {}x{}, reference {}x{}", name,
+                                                   warm.logits.rows(), warm.logits.cols(), want.logits.rows(),
+                                                   want.logits.cols()));
+              const std::vector<int64_t> shape = {want.logits.rows(), want.logits.cols()};
+              cmp.tensor = compare_tensors(t, r, shape, policy.thresholds_for(run_name, cal),
+                                           parse_tensor_dtype(entry.scalar));
+              cmp.logits = compare_logits(t, r, shape);
+              const Verdict v = judge(policy, run_name, cmp, cal);
+              std::printf("%-14s validation against reference-f64 (%s, N = %lld, last position) under %s:\n",
+                          name.c_str(), "full", (long long)N, entry.golden_policy.c_str());
+              for (const auto& line : v.lines()) std::printf("  %s\n", line.c_str());
+              if (!v.pass) {
+                std::printf("%-14s invalid: no figures\n", name.c_str());
+                invalid.push_back(json_string(name));
+                rc = 1;
+                continue;
+              }
+              // 3. Timed repetitions; prefill and decode times as the backend
+              // measured them (weights upload and host set-up excluded).
+              auto time_run = [&](const RunRequest& req, bool decode_phase = false) {
+                Timing tm;
                 RunResult res;
                 for (int64_t i = 0; i < o->repeat; ++i) {
-                  res = be->run(r);
-                  best = std::min(best, decode_phase ? res.decode_seconds : res.prefill_seconds);
+                  res = be->run(req);
+                  tm.seconds.push_back(decode_phase ? res.decode_seconds : res.prefill_seconds);
                 }
-                return std::make_pair(best, res);
+                return std::make_pair(tm, res);
               };
-              RunRequest full;
-              full.n_prompt = N;
-              full.logits = LogitsScope::Last;
-              RunRequest ced = full;
-              ced.mode = Mode::Ced;
-              ced.replay = ReplayPolicy::parse("bounded");
-              const auto [tf, rf] = time_run(full);
+              const auto [tf, rf] = time_run(measured_full);
               const auto [tc, rc2] = time_run(ced);
+              const double peak = entry.scalar == "f64" ? peak64 : peak32;
+              if (!header) {
+                std::printf("%-14s %-12s %10s %10s %12s %10s %10s %8s\n", "backend", "phase", "min s", "median s",
+                            "tokens/s", "GFLOP", "GFLOP/s", "% peak");
+                header = true;
+              }
               // docs/spec.md §7 FLOP model (the reference counts the same; CUDA does not count).
               const RatioFlops model = exact_ratio_flops(c, p, N);
-              auto row = [&](const char* phase, double secs, int64_t toks, double flops) {
-                std::printf("%-14s %-12s %10.3f %12.1f %12.2f %10.2f\n", name.c_str(), phase, secs, double(toks) / secs,
-                            flops / 1e9, flops / secs / 1e9);
-                rows.push_back(fmt::format("{{\"backend\": \"{}\", \"phase\": \"{}\", \"seconds\": {:.6g}, "
-                                           "\"tokens_per_s\": {:.6g}, \"gflop\": {:.6g}, \"gflops\": {:.6g}}}",
-                                           name, phase, secs, double(toks) / secs, flops / 1e9, flops / secs / 1e9));
+              auto row = [&](const char* phase, const Timing& tm, int64_t toks, double flops) {
+                const double secs = tm.min(), rate = flops / secs / 1e9;
+                std::printf("%-14s %-12s %10.3f %10.3f %12.1f %10.2f %10.2f %8.1f\n", name.c_str(), phase, secs,
+                            tm.median(), double(toks) / secs, flops / 1e9, rate, 100 * rate / peak);
+                rows.push_back(fmt::format(
+                    "{{\"backend\": \"{}\", \"phase\": \"{}\", \"seconds\": {:.6g}, \"median_seconds\": {:.6g}, "
+                    "\"all_seconds\": [{}], \"tokens_per_s\": {:.6g}, \"gflop\": {:.6g}, \"gflops\": {:.6g}, "
+                    "\"fraction_of_gemm_peak\": {:.6g}}}",
+                    name, phase, secs, tm.median(), fmt::join(tm.seconds, ", "), double(toks) / secs, flops / 1e9,
+                    rate, rate / peak));
               };
               row("prefill-full", tf, N, double(model.full));
               row("prefill-ced", tc, N, double(model.ced));
               if (K > 0) {
                 RunRequest dec = ced;
                 dec.decode_steps = K;
+                dec.tokens = tokens;
                 const auto [t_dec, rd] = time_run(dec, true);
                 FlopQuery q = flop_query(dec);
                 const double dec_flops = double(flop_model(c, p, q).total()) - double(model.ced);
                 row("decode", t_dec, K, dec_flops);
               }
               std::printf("%-14s ced/full time %.4f, FLOP model ratio %.4f, ideal 1/2 + B/(2N) = %.4f\n", name.c_str(),
-                          tc / tf, model.ratio(), ideal_ratio(p, N));
+                          tc.min() / tf.min(), model.ratio(), ideal_ratio(p, N));
               summaries.push_back(fmt::format("{{\"backend\": \"{}\", \"ced_over_full_time\": {:.6g}, "
-                                              "\"flop_model_ratio\": {:.6g}, \"ideal_ratio\": {:.6g}, \"finite\": {}}}",
-                                              name, tc / tf, model.ratio(), ideal_ratio(p, N),
-                                              rf.logits.allFinite() && rc2.logits.allFinite()));
+                                              "\"flop_model_ratio\": {:.6g}, \"ideal_ratio\": {:.6g}, \"finite\": {}, "
+                                              "\"validation\": {}}}",
+                                              name, tc.min() / tf.min(), model.ratio(), ideal_ratio(p, N),
+                                              rf.logits.allFinite() && rc2.logits.allFinite(), to_json(v)));
               if (!rf.logits.allFinite() || !rc2.logits.allFinite()) {
                 std::printf("%-14s non-finite logits\n", name.c_str());
                 rc = 1;
@@ -106,10 +244,15 @@ Runner add_bench(CLI::App& app) {
             }
             if (!o->json.empty())
               write_text_atomically(
-                  o->json, fmt::format("{{\"config\": \"{}\", \"n_prompt\": {}, \"decode\": {}, \"weight_seed\": {}, "
-                                       "\"rows\": [{}], \"summary\": [{}], \"not_supported\": [{}]}}\n",
-                                       c.name, N, K, o->model.weight_seed, fmt::join(rows, ", "),
-                                       fmt::join(summaries, ", "), fmt::join(unsupported, ", ")));
+                  o->json,
+                  fmt::format("{{\"config\": \"{}\", \"n_prompt\": {}, \"decode\": {}, \"weight_seed\": {}, "
+                              "\"token_seed\": {}, \"repeat\": {}, \"warmup\": {}, \"threads\": {}, \"gemm_isa\": \"{}\", "
+                              "\"load_average\": {:.3g}, \"gemm_peak_gflops\": {{\"f32\": {:.6g}, \"f64\": {:.6g}}}, "
+                              "\"rows\": [{}], \"summary\": [{}], \"invalid\": [{}], \"not_supported\": [{}]}}\n",
+                              c.name, N, K, o->model.weight_seed, o->model.token_seed, o->repeat, o->warmup,
+                              omp_get_max_threads(), ref::gemm::isa_name(ref::gemm::active_isa()), load_average(),
+                              peak32, peak64, fmt::join(rows, ", "), fmt::join(summaries, ", "), fmt::join(invalid, ", "),
+                              fmt::join(unsupported, ", ")));
             return rc;
           }};
 }

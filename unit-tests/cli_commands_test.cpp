@@ -227,11 +227,13 @@ TEST(BenchCommand, PrintsEachPhaseAndTheOracleRatio) {
   for (const char* phase : {"prefill-full", "prefill-ced", "decode"}) {
     const std::string line = line_starting(r.out, fmt::format("{:<14} {}", "reference", phase));
     ASSERT_FALSE(line.empty()) << phase << "\n" << r.out;
-    double secs = -1, tps = -1, gflop = -1, rate = -1;
-    ASSERT_EQ(std::sscanf(line.c_str() + 28, "%lf %lf %lf %lf", &secs, &tps, &gflop, &rate), 4) << line;
+    double secs = -1, median = -1, tps = -1, gflop = -1, rate = -1, peak = -1;
+    ASSERT_EQ(std::sscanf(line.c_str() + 28, "%lf %lf %lf %lf %lf %lf", &secs, &median, &tps, &gflop, &rate, &peak), 6)
+        << line;
     // A tiny run takes well under a minute; the 1e300 start value of the best time means no run was timed.
     EXPECT_GE(secs, 0) << line;
     EXPECT_LT(secs, 60) << line;
+    EXPECT_LE(secs, median) << line;  // the minimum of the repeats is at most their median
   }
   const RatioFlops m = exact_ratio_flops(c, p, N);
   EXPECT_NE(r.out.find(fmt::format("FLOP model ratio {:.4f}, ideal 1/2 + B/(2N) = {:.4f}", m.ratio(),
@@ -255,10 +257,18 @@ TEST(BenchCommand, JsonHoldsEveryPhaseAndWhatCouldNotRun) {
     const std::string key = fmt::format("\"backend\": \"reference\", \"phase\": \"{}\", \"seconds\": ", phase);
     const size_t at = s.find(key);
     ASSERT_NE(at, std::string::npos) << phase << "\n" << s;
-    double secs = 0, tps = 0, g = 0;
-    ASSERT_EQ(std::sscanf(s.c_str() + at + key.size(), "%lf, \"tokens_per_s\": %lf, \"gflop\": %lf", &secs, &tps, &g),
-              3)
+    double secs = 0, median = 0, a0 = 0, a1 = 0, a2 = 0, tps = 0, g = 0;
+    ASSERT_EQ(std::sscanf(s.c_str() + at + key.size(),
+                          "%lf, \"median_seconds\": %lf, \"all_seconds\": [%lf, %lf, %lf], \"tokens_per_s\": %lf, "
+                          "\"gflop\": %lf",
+                          &secs, &median, &a0, &a1, &a2, &tps, &g),
+              7)
         << s;
+    // three repeats (the default): the minimum and the median of the three
+    // listed, within the 6 significant digits they are printed to
+    const double lo = std::min({a0, a1, a2}), mid = std::max(std::min(a0, a1), std::min(std::max(a0, a1), a2));
+    EXPECT_NEAR(secs, lo, lo * 1e-5) << s;
+    EXPECT_NEAR(median, mid, mid * 1e-5) << s;
     // both printed to 6 significant digits: the product is the token count within 1e-5
     EXPECT_NEAR(secs * tps, tokens, tokens * 1e-5) << phase << "\n" << s;
     gflop[phase] = g;
@@ -269,6 +279,23 @@ TEST(BenchCommand, JsonHoldsEveryPhaseAndWhatCouldNotRun) {
   EXPECT_NE(s.find("\"not_supported\": [{\"backend\": \"cuda-bf16\", \"why\": \"backend cuda-bf16: "),
             std::string::npos)
       << s;
+}
+
+// Validate, then benchmark: a backend whose warm-up run disagrees with
+// reference-f64 under its policy gets no figure, and the command fails.
+TEST(BenchCommand, ABackendThatFailsValidationGetsNoFigures) {
+  const fs::path j = scratch() / "bench-invalid.json";
+  const Result good = run_ced("bench --config tiny --tokens 12 --decode 0 --repeat 1");
+  ASSERT_EQ(good.code, 0) << good.out << good.err;
+  EXPECT_NE(good.out.find("  PASS runs/full/logits"), std::string::npos) << good.out;
+  const Result bad =
+      run_ced("bench --config tiny --tokens 12 --decode 0 --repeat 1 --fault sink-dropped --json " + j.string());
+  EXPECT_EQ(bad.code, 1) << bad.out << bad.err;
+  EXPECT_NE(bad.out.find("  FAIL runs/full/logits"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("reference      invalid: no figures"), std::string::npos) << bad.out;
+  EXPECT_TRUE(line_starting(bad.out, fmt::format("{:<14} {}", "reference", "prefill-full")).empty()) << bad.out;
+  const std::string s = slurp(j.string());
+  EXPECT_NE(s.find("\"rows\": [], \"summary\": [], \"invalid\": [\"reference\"]"), std::string::npos) << s;
 }
 
 TEST(BenchCommand, NoDecodeRowWithoutDecodeSteps) {

@@ -1,6 +1,7 @@
 // docs/spec.md §3, op by op, on hand-built cases.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -174,4 +175,22 @@ TEST(Matmul, RowResultDoesNotDependOnTheOtherRows) {
     const Mat<float> one = matmul(Mat<float>(X.row(i)), W);
     for (int j = 0; j < 13; ++j) EXPECT_EQ(one(0, j), all(i, j));
   }
+}
+
+TEST(Dots, EachSumHasTheBitsOfTheSequentialDotWhateverItsPlaceInTheBlock) {
+  // Values over many binades so that any reordering of a sum changes bits.
+  std::vector<float> q(67), store(67 * 21);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::ldexp(float(std::sin(double(i) * 1.7)), int(i % 23) - 11);
+  for (size_t i = 0; i < store.size(); ++i) store[i] = std::ldexp(float(std::cos(double(i) * 0.9)), int(i % 19) - 9);
+  for (int64_t count : {0, 1, 7, 8, 9, 16, 21})
+    for (int64_t n : {1, 5, 67}) {
+      std::vector<const float*> rows;
+      for (int64_t e = 0; e < count; ++e) rows.push_back(store.data() + ((e * 5) % 21) * 67);
+      std::vector<float> got(size_t(count) + 1, -1.0f);
+      dots(q.data(), rows.data(), count, n, got.data());
+      for (int64_t e = 0; e < count; ++e)
+        EXPECT_EQ(std::bit_cast<uint32_t>(got[size_t(e)]), std::bit_cast<uint32_t>(dot(q.data(), rows[size_t(e)], n)))
+            << "count " << count << " n " << n << " entry " << e;
+      EXPECT_EQ(got[size_t(count)], -1.0f);  // nothing past count is written
+    }
 }

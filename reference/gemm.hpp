@@ -1,0 +1,51 @@
+#pragma once
+// docs/spec.md §3.9: the order-preserving matrix product of the reference.
+// Y[n, m] = X[n, k] W[k, m] with every Y[i, j] the sum, k ascending from 0, of
+// the rounded products X[i, k] · W[k, j], each added on its own (no fused
+// multiply-add). Packing, the register tile, the k-panels, the vector width
+// and the OpenMP split only change which memory an element's sum is kept in
+// between two additions, never the additions, so every path gives the naive
+// loop's bits.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ced::ref::gemm {
+
+// The instruction sets a kernel is compiled for (each with
+// __attribute__((target)), never -march=native).
+enum class Isa { Naive, Sse2, Avx2, Avx512 };
+
+const char* isa_name(Isa isa);
+// Parses "naive", "sse2", "avx2", "avx512"; nullopt for anything else.
+std::optional<Isa> parse_isa(const std::string& name);
+// Whether this CPU runs `isa`.
+bool isa_supported(Isa isa);
+// Every Isa this CPU runs, Naive first.
+std::vector<Isa> supported_isas();
+
+// The path products take: the widest supported ISA, unless CED_GEMM_ISA
+// names another (an unknown or unsupported name is refused with an
+// InputError at the first product) or force_isa() was called.
+Isa active_isa();
+// Forces `isa` for every later product (throws InputError if this CPU does
+// not run it); nullopt returns to the default.
+void force_isa(std::optional<Isa> isa);
+
+// Planted differences for the test that shows the bit comparison failing;
+// never used outside tests.
+enum class Plant { None, Fused, PanelsDescending };
+
+// The blocked product with the given ISA and plant (tests); gemm() uses
+// active_isa() and no plant.
+template <class T>
+void gemm_with(Isa isa, Plant plant, const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y, bool parallel);
+
+template <class T>
+void gemm(const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y, bool parallel);
+
+// The panel depth: k-panel boundaries at multiples of it (tests cross them).
+constexpr int64_t kPanelDepth = 256;
+
+}  // namespace ced::ref::gemm
