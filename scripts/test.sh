@@ -25,9 +25,14 @@ esac
 if [ "$tier" != smoke ] && [ "${CED_FUZZ_SECONDS:-60}" -gt 0 ]; then
   FUZZ_SEED=${FUZZ_SEED:-1} "$root/fuzz/run-fuzzers.sh" "${CED_FUZZ_SECONDS:-60}"
 fi
-# The Python package and its tests (scripts/test-python.sh), then CTest.
+# The Python package and its tests (scripts/test-python.sh), then CTest; both
+# always run, and the script fails when either does.
+python_rc=0
 if [ "$tier" != smoke ]; then
-  "$root/scripts/test-python.sh"
+  "$root/scripts/test-python.sh" || python_rc=$?
 fi
 cd "$build"
-exec ctest --output-on-failure -j "$(nproc)" "${args[@]}"
+ctest_rc=0
+ctest --output-on-failure -j "$(nproc)" "${args[@]}" || ctest_rc=$?
+if [ "$python_rc" -ne 0 ]; then echo "test.sh: the Python tests failed (exit $python_rc)" >&2; fi
+if [ "$python_rc" -ne 0 ] || [ "$ctest_rc" -ne 0 ]; then exit 1; fi
