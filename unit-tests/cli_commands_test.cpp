@@ -22,6 +22,7 @@
 #include "checks/replay_sweep.hpp"
 #include "backends/registry.hpp"
 #include "golden/golden_set.hpp"
+#include "unit-tests/run_ced.hpp"
 #include "io/hdf5_file.hpp"
 
 namespace fs = std::filesystem;
@@ -29,10 +30,8 @@ using namespace ced;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using test::Result;
+using test::slurp;
 
 fs::path scratch() {
   static const fs::path dir = [] {
@@ -43,23 +42,8 @@ fs::path scratch() {
   return dir;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
-Result run_ced(const std::string& args) {
-  const fs::path o = scratch() / "stdout", e = scratch() / "stderr";
-  const std::string cmd = std::string(CED_BINARY) + " " + args + " >" + o.string() + " 2>" + e.string();
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(o);
-  r.err = slurp(e);
-  return r;
-}
+Result run_ced(const std::string& args) { return test::run_ced_in(scratch(), args); }
 
 void expect_usage_error(const std::string& args, const std::string& word) {
   const Result r = run_ced(args);

@@ -15,14 +15,13 @@
 #include <sstream>
 #include <string>
 
+#include "unit-tests/run_ced.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using ced::test::Result;
 
 // One scratch directory per process, removed when the process ends.
 struct RemovedAtExit {
@@ -42,23 +41,8 @@ fs::path scratch() {
   return d.dir;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
-Result run_ced(const std::string& args) {
-  const fs::path o = scratch() / "stdout", e = scratch() / "stderr";
-  const std::string cmd = std::string(CED_BINARY) + " " + args + " >" + o.string() + " 2>" + e.string();
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(o);
-  r.err = slurp(e);
-  return r;
-}
+Result run_ced(const std::string& args) { return ced::test::run_ced_in(scratch(), args); }
 
 // Exit 2, one line on stderr, containing `word` (the option or the mismatch).
 void expect_refused(const std::string& args, const std::string& word) {

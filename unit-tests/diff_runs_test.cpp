@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "unit-tests/run_ced.hpp"
 #include "io/hdf5_file.hpp"
 #include "model/weights.hpp"
 #include "backends/registry.hpp"
@@ -22,10 +23,7 @@ using namespace ced;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using test::Result;
 
 fs::path scratch() {
   static const fs::path dir = [] {
@@ -36,23 +34,8 @@ fs::path scratch() {
   return dir;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
-Result run_ced(const std::string& args) {
-  const fs::path o = scratch() / "stdout", e = scratch() / "stderr";
-  const std::string cmd = std::string(CED_BINARY) + " " + args + " >" + o.string() + " 2>" + e.string();
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(o);
-  r.err = slurp(e);
-  return r;
-}
+Result run_ced(const std::string& args) { return test::run_ced_in(scratch(), args); }
 
 // Two runs of tiny over the same 8 tokens: "full" and "ced" (bounded replay).
 struct Runs {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "unit-tests/run_ced.hpp"
 #include "io/hdf5_file.hpp"
 #include "io/safetensors.hpp"
 #include "io/weights_export.hpp"
@@ -35,12 +36,6 @@ fs::path scratch() {
   return dir;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 WeightsExport tiny_export(const std::string& dtype, uint64_t seed = 1) {
   WeightsExport e;
@@ -224,17 +219,9 @@ TEST(H5Export, WeightsReadBackAsTheRunFileLayoutInEveryDtype) {
 
 // ---- the command ----------------------------------------------------------
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using test::Result;
 
-Result run_ced(const std::string& args) {
-  const fs::path o = scratch() / "stdout", e = scratch() / "stderr";
-  const std::string cmd = std::string(CED_BINARY) + " " + args + " >" + o.string() + " 2>" + e.string();
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(o), slurp(e)};
-}
+Result run_ced(const std::string& args) { return test::run_ced_in(scratch(), args); }
 
 TEST(ExportCommand, WritesTheSameBytesAsTheLibraryAndPrintsItsSeeds) {
   const fs::path out = scratch() / "cmd.safetensors";

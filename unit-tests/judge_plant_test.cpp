@@ -39,6 +39,7 @@
 #include "compare/run_compare.hpp"
 #include "golden/golden_set.hpp"
 #include "unit-tests/plant.hpp"
+#include "unit-tests/run_ced.hpp"
 
 namespace fs = std::filesystem;
 using namespace ced;
@@ -646,10 +647,7 @@ TEST(JudgePlant, WithoutScoresOnEitherSideSelectionsAreJudgedAsBeforeAndTheRepor
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
+using test::Result;
 
 fs::path scratch() {
   static const fs::path dir = [] {
@@ -660,23 +658,8 @@ fs::path scratch() {
   return dir;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
-Result run_ced(const std::string& args) {
-  const fs::path o = scratch() / "stdout", e = scratch() / "stderr";
-  const std::string cmd = std::string(CED_BINARY) + " " + args + " >" + o.string() + " 2>" + e.string();
-  const int status = std::system(cmd.c_str());
-  Result r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(o);
-  r.err = slurp(e);
-  return r;
-}
+Result run_ced(const std::string& args) { return test::run_ced_in(scratch(), args); }
 
 void write_text(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 
