@@ -6,9 +6,12 @@
 #include <omp.h>
 
 #include <filesystem>
+#include <map>
+#include <utility>
 
 #include "io/hdf5_file.hpp"
 #include "oracle/analytic.hpp"
+#include "reference/replays.hpp"
 
 namespace ced::prop {
 namespace {
@@ -98,28 +101,30 @@ std::string check_cone(const Model& m, int64_t N, int64_t K) {
 
 std::string check_min_exact_replay(const Model& m, int64_t N) {
   const int64_t want = predicted_min_exact_replay(m.p, N);
-  const int64_t got = min_true(N, [&](int64_t K) { return last_finite(m.run(ced_req(m, N, K, 0, true, true))); });
+  const auto session = open_replays(*m.be, ced_req(m, N, N, 0, true, true));  // the encoder once (reference/replays.hpp)
+  auto exact = [&](int64_t K) { return last_finite(session->run(ced_req(m, N, K, 0, true, true))); };
+  const int64_t got = min_true(N, exact);
   if (got != want) return fmt::format("N {}: minimal exact replay found {}, oracle {}", N, got, want);
-  if (want > 1 && last_finite(m.run(ced_req(m, N, want - 1, 0, true, true))))
-    return fmt::format("N {}: replay {} already exact", N, want - 1);
+  if (want > 1 && exact(want - 1)) return fmt::format("N {}: replay {} already exact", N, want - 1);
   auto full = m.request(Mode::Full, N);
   full.logits = LogitsScope::Last;
-  if (!bits_equal(m.run(full).logits, m.run(ced_req(m, N, want, 0, false, true)).logits))
+  if (!bits_equal(m.run(full).logits, session->run(ced_req(m, N, want, 0, false, true)).logits))
     return fmt::format("N {}: replay {} last logits differ from full", N, want);
   return "";
 }
 
 std::string check_decode_bound(const Model& m, int64_t N, int64_t steps) {
   const int64_t want = predicted_min_exact_decode_replay(m.p, N);
+  const auto session = open_replays(*m.be, ced_req(m, N, N, steps, true, true));  // the encoder once
   auto decode_exact = [&](int64_t K) {
-    const RunResult r = m.run(ced_req(m, N, K, steps, true, true));
+    const RunResult r = session->run(ced_req(m, N, K, steps, true, true));
     return r.logits.bottomRows(steps).allFinite();
   };
   const int64_t got = min_true(N, decode_exact);
   if (got != want) return fmt::format("N {}: minimal exact-decode replay found {}, oracle {}", N, got, want);
   if (want > 1 && decode_exact(want - 1)) return fmt::format("N {}: replay {} already decodes exactly", N, want - 1);
   const RunResult full = m.full(N, steps);
-  const RunResult ced = m.run(ced_req(m, N, want, steps, false, false));
+  const RunResult ced = session->run(ced_req(m, N, want, steps, false, false));
   if (!bits_equal(full.logits.bottomRows(steps), ced.logits.bottomRows(steps)))
     return fmt::format("N {}: decode after replay {} differs from decode after full", N, want);
   return "";
@@ -320,13 +325,29 @@ Spans empirical_spans(const Model& m, int64_t N, int64_t P,
     if (progress) progress(fmt::format("{} B = {}: {}", what, K, ok ? "exact" : "inexact"));
   };
   Spans s;
+  // The decoder searches' probes differ only in replay, probe and decode
+  // steps: one session computes the encoder over the N positions once
+  // (reference/replays.hpp).
+  const auto decoder = open_replays(*m.be, ced_req(m, N, N, 1, true, true));
+  // The two dependency searches ask one run: with one decode step it has the
+  // prompt's last logits of a run without (the step comes after them), so a
+  // length both searches probe (their paths part only near the end) runs once.
+  std::map<int64_t, std::pair<bool, bool>> probed;  // B -> (last logits finite, decode step's finite)
+  auto probe = [&](int64_t K) {
+    auto it = probed.find(K);
+    if (it == probed.end()) {
+      const MatD logits = decoder->run(ced_req(m, N, K, 1, true, true)).logits;  // [2, V]: N-1, then N
+      it = probed.emplace(K, std::pair{logits.row(0).allFinite(), logits.row(1).allFinite()}).first;
+    }
+    return it->second;
+  };
   s.exact_last = min_true(N, [&](int64_t K) {
-    const bool ok = last_finite(m.run(ced_req(m, N, K, 0, true, true)));
+    const bool ok = probe(K).first;
     say("decoder, last logits (probe)", K, ok);
     return ok;
   });
   s.exact_decode = min_true(N, [&](int64_t K) {
-    const bool ok = m.run(ced_req(m, N, K, 1, true, true)).logits.bottomRows(1).allFinite();
+    const bool ok = probe(K).second;
     say("decoder, next decode step (probe)", K, ok);
     return ok;
   });
@@ -334,7 +355,7 @@ Spans empirical_spans(const Model& m, int64_t N, int64_t P,
   full.logits = LogitsScope::Last;
   const MatD want = m.run(full).logits;
   s.numeric_last = min_true(N, [&](int64_t K) {
-    const bool ok = bits_equal(m.run(ced_req(m, N, K, 0, false, true)).logits, want);
+    const bool ok = bits_equal(decoder->run(ced_req(m, N, K, 0, false, true)).logits, want);
     say("decoder, last logits (bitwise)", K, ok);
     return ok;
   });
@@ -346,18 +367,26 @@ Spans empirical_spans(const Model& m, int64_t N, int64_t P,
     base.n_prompt = P;  // the cache of the first P tokens, computed once
     base.tokens.resize(size_t(P));
     auto cache = m.run(base).cache;
-    // H_E rows are layer E-1's output; the resume's encoder replay length varies.
+    // The resume's encoder starts at P - Kr, so each Kr is a run of its own
+    // (no session; importing the shared cache is a copy, not worth sharing).
+    // H_E rows are layer E-1's output; both searches read one run per Kr.
+    std::map<int64_t, std::pair<bool, bool>> resumed;  // Kr -> (H_E finite at P-1, at P)
     auto hidden_finite = [&](int64_t Kr, int64_t pos) {
-      RunRequest r = m.request(Mode::Resume, N, "bounded");
-      r.prefix_len = P;
-      r.resume_replay = Kr;
-      r.poison_truncated = true;
-      r.capture_layers = true;
-      r.logits = LogitsScope::Last;
-      r.cache_in = cache;
-      const RunResult res = m.run(r);
-      const auto& cap = res.layers[size_t(m.p.E - 1)];
-      const bool ok = row_finite(cap.out, cap.positions, pos);
+      auto it = resumed.find(Kr);
+      if (it == resumed.end()) {
+        RunRequest r = m.request(Mode::Resume, N, "bounded");
+        r.prefix_len = P;
+        r.resume_replay = Kr;
+        r.poison_truncated = true;
+        r.capture_layers = true;
+        r.logits = LogitsScope::Last;
+        r.cache_in = cache;
+        const RunResult res = m.run(r);
+        const auto& cap = res.layers[size_t(m.p.E - 1)];
+        it = resumed.emplace(Kr, std::pair{row_finite(cap.out, cap.positions, P - 1), row_finite(cap.out, cap.positions, P)})
+                 .first;
+      }
+      const bool ok = pos < P ? it->second.first : it->second.second;
       say(pos < P ? "encoder resume, H_E at P-1 (probe)" : "encoder resume, H_E at P (probe)", Kr, ok);
       return ok;
     };

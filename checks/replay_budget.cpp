@@ -229,6 +229,29 @@ std::string check_budget_curve(const Plan& p, const std::vector<BudgetSample>& s
   return f;
 }
 
+namespace {
+
+// What differs between a session's result and a separate run of the same
+// request, one line each, prefixed with `at`; "" when nothing does.
+std::string differences(const RunResult& got, const RunResult& want, const std::string& at) {
+  std::string f;
+  if (got.replay.str() != want.replay.str() || got.n_replay != want.n_replay || got.replay_start != want.replay_start ||
+      got.decode_steps != want.decode_steps)
+    f += at + ": the request's attributes differ\n";
+  if (got.positions != want.positions || !bits_equal(got.logits, want.logits)) f += at + ": the logits differ\n";
+  if (got.flops.per_layer != want.flops.per_layer) f += at + ": the FLOP counts differ\n";
+  if (got.layers.size() != want.layers.size()) f += at + ": the captured layers differ in number\n";
+  for (size_t l = 0; l < std::min(got.layers.size(), want.layers.size()); ++l) {
+    const auto &g = got.layers[l], &w = want.layers[l];
+    if (g.positions != w.positions || !bits_equal(g.out, w.out) || g.has_topk != w.has_topk ||
+        (g.has_topk && g.topk != w.topk))
+      f += fmt::format("{}: layer {}'s capture differs\n", at, l);
+  }
+  return f;
+}
+
+}  // namespace
+
 std::string check_run_replays(Backend& be, const RunRequest& req, const std::vector<ReplayPolicy>& replays) {
   std::string f;
   size_t i = 0;
@@ -239,21 +262,22 @@ std::string check_run_replays(Backend& be, const RunRequest& req, const std::vec
     }
     RunRequest r = req;
     r.replay = replays[i++];
-    const RunResult want = be.run(r);
-    const std::string at = "replay " + r.replay.str();
-    if (got.replay.str() != want.replay.str() || got.n_replay != want.n_replay || got.replay_start != want.replay_start)
-      f += at + ": the request's attributes differ\n";
-    if (got.positions != want.positions || !bits_equal(got.logits, want.logits)) f += at + ": the logits differ\n";
-    if (got.flops.per_layer != want.flops.per_layer) f += at + ": the FLOP counts differ\n";
-    if (got.layers.size() != want.layers.size()) f += at + ": the captured layers differ in number\n";
-    for (size_t l = 0; l < std::min(got.layers.size(), want.layers.size()); ++l) {
-      const auto &g = got.layers[l], &w = want.layers[l];
-      if (g.positions != w.positions || !bits_equal(g.out, w.out) || g.has_topk != w.has_topk ||
-          (g.has_topk && g.topk != w.topk))
-        f += fmt::format("{}: layer {}'s capture differs\n", at, l);
-    }
+    f += differences(got, be.run(r), "replay " + r.replay.str());
   });
   if (i != replays.size()) f += fmt::format("run_replays handed back {} results for {} policies\n", i, replays.size());
+  return f;
+}
+
+std::string check_replay_session(Backend& be, const RunRequest& base, const std::vector<RunRequest>& probes) {
+  std::string f;
+  const auto session = open_replays(be, base);
+  for (size_t i = 0; i < probes.size(); ++i) {
+    const RunRequest& r = probes[i];
+    const RunResult got = session->run(r);  // before the separate run: the session must not lean on it
+    f += differences(got, be.run(r),
+                     fmt::format("probe {} (replay {}, decode {}, {}, logits {})", i, r.replay.str(), r.decode_steps,
+                                 r.poison_truncated ? "probe" : "no probe", r.logits == LogitsScope::Last ? "last" : "all"));
+  }
   return f;
 }
 

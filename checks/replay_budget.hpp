@@ -90,6 +90,10 @@ std::string check_budget_curve(const Plan& p, const std::vector<BudgetSample>& s
 // run_replays (reference/replays.hpp) hands back, for each policy, what run() returns with
 // that policy: logits, positions, captures, FLOP counts, bitwise.
 std::string check_run_replays(Backend& be, const RunRequest& req, const std::vector<ReplayPolicy>& replays);
+// A replay session (reference/replays.hpp) opened on `base` hands back, for each
+// probe in turn, what a separate run() of it returns, bitwise: the probes vary
+// the replay, decode steps, dependency probe and logits' scope.
+std::string check_replay_session(Backend& be, const RunRequest& base, const std::vector<RunRequest>& probes);
 
 // One aggregated row: a (kind, N, B, step, layer) across every seed pair;
 // rows in that order.

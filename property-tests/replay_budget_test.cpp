@@ -170,6 +170,16 @@ class SlippingRuns final : public Backend {
   std::unique_ptr<Backend> inner_;
   int calls_ = 0;
 };
+
+// A ced request for N tokens of `c` and `decode` steps, no replay policy yet.
+RunRequest ced_request(const Config& c, int64_t N, int64_t decode) {
+  RunRequest r;
+  r.mode = Mode::Ced;
+  r.n_prompt = N;
+  r.decode_steps = decode;
+  r.tokens = make_tokens(kTokenSeed, c.vocab_size, N + decode);
+  return r;
+}
 }  // namespace
 
 TEST(ReplayBudgetPlants, RunReplaysCheckReportsASlip) {
@@ -178,15 +188,89 @@ TEST(ReplayBudgetPlants, RunReplaysCheckReportsASlip) {
   // the first call of replay 5 is the "shared" result, the second the check's
   // own run, and only the second slips.
   SlippingRuns be(make_reference_backend(c, kWeightSeed, false));
-  RunRequest r;
-  r.mode = Mode::Ced;
-  r.n_prompt = 20;
-  r.decode_steps = 1;
-  r.tokens = make_tokens(kTokenSeed, c.vocab_size, 21);
+  RunRequest r = ced_request(c, 20, 1);
   r.capture_layers = true;
   const std::vector<ReplayPolicy> policies = {ReplayPolicy::parse("20"), ReplayPolicy::parse("5")};
   const std::string f = check_run_replays(be, r, policies);
   EXPECT_NE(f.find("replay 5: the logits differ"), std::string::npos) << f;
   auto plain = make_reference_backend(c, kWeightSeed, false);
   EXPECT_EQ(check_run_replays(*plain, r, policies), "");
+}
+
+// A replay session (reference/replays.hpp) hands back what separate runs do,
+// probe after probe: replay lengths, decode steps, the dependency probe and the
+// logits' scope in any order, the first probe again at the end (what one
+// probe leaves behind must not reach the next).
+RC_GTEST_PROP(ReplaySession, ProbesEqualSeparateRunsBitwise, ()) {
+  const Config c = *gen_config();
+  const Plan p = make_plan(c);
+  const int64_t N = *gen_length(p);
+  const bool f64 = *rc::gen::arbitrary<bool>();
+  auto be = make_reference_backend(c, kWeightSeed, f64);
+  RunRequest base;
+  base.mode = Mode::Ced;
+  base.n_prompt = N;
+  base.replay = ReplayPolicy::parse("bounded");
+  base.tokens = make_tokens(kTokenSeed, c.vocab_size, N);
+  base.capture_layers = *rc::gen::arbitrary<bool>();
+  std::vector<RunRequest> probes;
+  const int64_t n = *rc::gen::inRange<int64_t>(2, 6);
+  for (int64_t i = 0; i < n; ++i) {
+    RunRequest r = base;
+    r.replay = ReplayPolicy::parse(*rc::gen::element(std::string("bounded"), std::string("exact"), std::string("full"),
+                                                     std::to_string(*rc::gen::inRange<int64_t>(1, N + 1))));
+    r.decode_steps = *rc::gen::inRange<int64_t>(0, 3);
+    r.tokens = make_tokens(kTokenSeed, c.vocab_size, N + r.decode_steps);
+    r.poison_truncated = *rc::gen::arbitrary<bool>();
+    r.logits = *rc::gen::arbitrary<bool>() ? LogitsScope::Last : LogitsScope::All;
+    probes.push_back(r);
+  }
+  probes.push_back(probes.front());
+  RC_LOG() << "N " << N << (f64 ? " f64" : " f32") << "\n";
+  const std::string f = check_replay_session(*be, base, probes);
+  RC_LOG() << f;
+  RC_ASSERT(f.empty());
+}
+
+// A request that would need another encoder is the caller's bug, on the
+// reference's session and on the run-each fallback alike.
+TEST(ReplaySession, ARequestWithAnotherPrefillIsALogicError) {
+  const Config c = builtin_config("tiny");
+  const RunRequest base = ced_request(c, 20, 0);
+  auto plain = make_reference_backend(c, kWeightSeed, false);
+  SlippingRuns wrapped(make_reference_backend(c, kWeightSeed, false));
+  for (Backend* be : {static_cast<Backend*>(plain.get()), static_cast<Backend*>(&wrapped)}) {
+    const auto s = open_replays(*be, base);
+    RunRequest ok = base;  // what a session's runs may vary
+    ok.replay = ReplayPolicy::parse("5");
+    ok.decode_steps = 2;
+    ok.tokens = make_tokens(kTokenSeed, c.vocab_size, 22);
+    ok.poison_truncated = true;
+    ok.logits = LogitsScope::Last;
+    EXPECT_NO_THROW(s->run(ok));
+    std::vector<RunRequest> bad(5, ok);
+    bad[0].n_prompt = 19;
+    bad[1].tokens[3] ^= 1;
+    bad[2].capture_layers = true;
+    bad[3].fault = Fault::SinkDropped;
+    bad[4].want_cache = true;
+    for (const RunRequest& r : bad) EXPECT_THROW(s->run(r), std::logic_error) << be->name();
+  }
+}
+
+TEST(ReplaySessionPlants, SessionCheckReportsASlip) {
+  const Config c = builtin_config("tiny");
+  // As RunReplaysCheckReportsASlip: the session's run of replay 5 is the
+  // first call, the check's own run the second, and only the second slips.
+  SlippingRuns be(make_reference_backend(c, kWeightSeed, false));
+  const RunRequest base = ced_request(c, 20, 0);
+  std::vector<RunRequest> probes(2, base);
+  probes[0].replay = ReplayPolicy::parse("20");
+  probes[1].replay = ReplayPolicy::parse("5");
+  probes[1].decode_steps = 1;
+  probes[1].tokens = make_tokens(kTokenSeed, c.vocab_size, 21);
+  const std::string f = check_replay_session(be, base, probes);
+  EXPECT_NE(f.find("probe 1 (replay 5, decode 1, no probe, logits all): the logits differ"), std::string::npos) << f;
+  auto plain = make_reference_backend(c, kWeightSeed, false);
+  EXPECT_EQ(check_replay_session(*plain, base, probes), "");
 }

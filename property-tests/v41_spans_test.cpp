@@ -1,6 +1,6 @@
 // The oracle's spans found on the real DSv4.1 layer schedule (v41-shape):
 // R = 1 + D(W-1) = 2541 and D(W-1) = 2540 for the decoder, 1 + E(W-1) = 2541
-// and E(W-1) = 2540 for the encoder resume. Long tier: about a minute.
+// and E(W-1) = 2540 for the encoder resume. Long tier: about 40 s on 2 cores (docs/results/spans-v41-shape-timing.md).
 #include <gtest/gtest.h>
 
 #include "checks/ced_checks.hpp"

@@ -67,6 +67,14 @@ class Engine {
   // logits = (RMSNorm(X) ⊙ final_norm) lm_head, [n, V].
   Mat<T> logits(const Mat<T>& X);
 
+  // The dependency probe (RunRequest::poison_truncated) of the positions
+  // evaluated from now on. A replay session (reference/replays.hpp) sets it on
+  // each copy of its shared engine: the probe acts only where a window is
+  // truncated (lo(p) > max(0, p - span)), and a ced prefill's encoder starts at
+  // position 0, so none of its windows is, and the shared part is the same
+  // with the probe on or off.
+  void set_poison(bool on) { poison_ = on; }
+
   PersistedCache export_cache(const std::string& dtype) const;
   void import_cache(const PersistedCache& cache);
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <optional>
 
 #include "model/error.hpp"
 #include "model/schedule.hpp"
@@ -44,35 +45,7 @@ class ReferenceBackend final : public Backend {
     return res;
   }
 
-  // A ced prefill's encoder and source-only write do not depend on the replay
-  // policy (docs/spec.md §4.2 steps 1–2): computed once, then each policy
-  // continues a copy of the engine from there.
-  void run_replays(const RunRequest& req, const std::vector<ReplayPolicy>& replays,
-                   const std::function<void(RunResult&&)>& each) {
-    std::vector<RunRequest> reqs(replays.size(), req);
-    for (size_t i = 0; i < replays.size(); ++i) {
-      reqs[i].replay = replays[i];
-      validate_request(c_, reqs[i]);
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    FlopCount counts;  // the engines count here; reset to the encoder's counts before each policy
-    counts.resize(p_.L);
-    Engine<T> shared(c_, p_, w_, req.fault, req.poison_truncated, req.capture_layers, &counts, req.fault_layer);
-    const RunResult first = result_for(*this, reqs[0], p_);
-    const Encoded enc = encode(reqs[0], run_schedule(p_, reqs[0], first.n_replay), shared);
-    const FlopCount encoder_counts = counts;
-    const double encoder_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (const RunRequest& r : reqs) {
-      const auto t1 = std::chrono::steady_clock::now();
-      RunResult res = result_for(*this, r, p_);
-      counts = encoder_counts;
-      Engine<T> eng = shared;  // counts into `counts` too
-      decode_rest(r, run_schedule(p_, r, res.n_replay), eng, enc, res, t1);
-      res.prefill_seconds += encoder_seconds;
-      res.flops = counts;
-      each(std::move(res));
-    }
-  }
+  class Session;  // reference/replays.hpp's session on this backend (below)
 
  private:
   // The encoder's output X [N - encoder_start, d] and layer E's normalised
@@ -168,19 +141,66 @@ class ReferenceBackend final : public Backend {
   Weights<T> w_;
 };
 
+// reference/replays.hpp: a ced prefill's encoder and source-only write do not
+// depend on the replay policy, the decode steps, the dependency probe or the
+// logits' scope (docs/spec.md §4.2 steps 1–2): computed once when the session
+// opens, then each run continues a copy of the engine from there.
+template <class T>
+class ReferenceBackend<T>::Session final : public ReplaySession {
+ public:
+  Session(ReferenceBackend& be, const RunRequest& base) : be_(be), base_(with_some_replay(base)) {
+    validate_request(be_.c_, base_);
+    const auto t0 = std::chrono::steady_clock::now();
+    counts_.resize(be_.p_.L);
+    // The opening request's probe setting; no encoder window is truncated, so
+    // it does not act here (Engine::set_poison).
+    shared_.emplace(be_.c_, be_.p_, be_.w_, base_.fault, base_.poison_truncated, base_.capture_layers, &counts_,
+                    base_.fault_layer);
+    const RunResult first = result_for(be_, base_, be_.p_);
+    enc_ = be_.encode(base_, run_schedule(be_.p_, base_, first.n_replay), *shared_);
+    encoder_counts_ = counts_;
+    encoder_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  Session(const Session&) = delete;  // the engine counts into this session's counts_
+  Session& operator=(const Session&) = delete;
+
+  RunResult run(const RunRequest& r) override {
+    require_same_prefill(base_, r);
+    validate_request(be_.c_, r);
+    const auto t1 = std::chrono::steady_clock::now();
+    RunResult res = result_for(be_, r, be_.p_);
+    counts_ = encoder_counts_;  // the previous run's decoder counts out
+    Engine<T> eng = *shared_;   // counts into counts_ too
+    eng.set_poison(r.poison_truncated);
+    be_.decode_rest(r, run_schedule(be_.p_, r, res.n_replay), eng, enc_, res, t1);
+    res.prefill_seconds += encoder_seconds_;
+    res.flops = counts_;
+    return res;
+  }
+
+ private:
+  // The shared part does not depend on the policy, so an opening request may
+  // leave it unset (run_replays' does); any policy makes it a valid request.
+  static RunRequest with_some_replay(RunRequest r) {
+    if (r.replay.kind == ReplayPolicy::Kind::None) r.replay = ReplayPolicy::parse("full");
+    return r;
+  }
+
+  ReferenceBackend& be_;
+  const RunRequest base_;
+  FlopCount counts_, encoder_counts_;
+  std::optional<Engine<T>> shared_;  // the engine after the encoder and the source-only write
+  Encoded enc_;
+  double encoder_seconds_ = 0;
+};
+
 }  // namespace
 
-void run_replays(Backend& be, const RunRequest& req, const std::vector<ReplayPolicy>& replays,
-                 const std::function<void(RunResult&&)>& each) {
-  if (req.mode == Mode::Ced && !req.want_cache) {
-    if (auto* r = dynamic_cast<ReferenceBackend<float>*>(&be)) return r->run_replays(req, replays, each);
-    if (auto* r = dynamic_cast<ReferenceBackend<double>*>(&be)) return r->run_replays(req, replays, each);
-  }
-  for (const ReplayPolicy& rp : replays) {
-    RunRequest r = req;
-    r.replay = rp;
-    each(be.run(r));
-  }
+std::unique_ptr<ReplaySession> open_reference_replays(Backend& be, const RunRequest& base) {
+  if (base.mode != Mode::Ced || base.want_cache) return nullptr;
+  if (auto* r = dynamic_cast<ReferenceBackend<float>*>(&be)) return std::make_unique<ReferenceBackend<float>::Session>(*r, base);
+  if (auto* r = dynamic_cast<ReferenceBackend<double>*>(&be)) return std::make_unique<ReferenceBackend<double>::Session>(*r, base);
+  return nullptr;
 }
 
 std::unique_ptr<Backend> make_reference_backend(const Config& c, uint64_t weight_seed, bool f64) {
