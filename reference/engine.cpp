@@ -13,6 +13,20 @@
 namespace ced::ref {
 namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();  // a score that does not exist
+
+// Per-thread buffers of one position's attention or index scoring: the
+// entries it sees gathered as rows and as columns, and its logits. Kept
+// across positions, since fresh ones per position would be allocated, zeroed
+// and page-faulted each time.
+template <class T>
+struct PositionScratch {
+  std::vector<T> values, keys_t, logits;
+};
+template <class T>
+PositionScratch<T>& scratch() {
+  thread_local PositionScratch<T> s;
+  return s;
+}
 }  // namespace
 
 template <class T>
@@ -136,7 +150,7 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
   for (int64_t i = 0; i < n; ++i) {
     const int64_t p = a + i;
     std::vector<T> iq(iq_all.row(i).data(), iq_all.row(i).data() + ih * ihd);
-    for (int64_t h = 0; h < ih; ++h) rope(iq.data() + h * ihd, ihd, c_.rope_dim, c_.rope_theta, p);
+    rope_heads(iq.data(), ih, ihd, c_.rope_dim, c_.rope_theta, p);
     std::vector<T> w(static_cast<size_t>(ih));
     for (int64_t h = 0; h < ih; ++h) w[size_t(h)] = wraw(i, h) * wscale;
     const int64_t nv = visible(l, p, r, src.entries.count());
@@ -150,14 +164,23 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
       ids.resize(size_t(nv));
       for (int64_t j = 0; j < nv; ++j) ids[size_t(j)] = j;
     }
-    // index_score of every entry, head by head: each entry's sum still runs
-    // h ascending over its own dot products (docs/spec.md §3.4).
-    std::vector<T> scores(ids.size(), T(0)), d(ids.size());
-    std::vector<const T*> keys(ids.size());
-    for (size_t e = 0; e < ids.size(); ++e) keys[e] = src.index_keys.row(ids[e]);
+    // index_score of every entry (docs/spec.md §3.4): the dot products of all
+    // heads with all keys are one ordered product, D[h, e] = iq_h · ik_e with
+    // each sum over the key's channels ascending from 0, as dot() sums; then
+    // each entry's score sums its heads, h ascending.
+    const int64_t n_ids = int64_t(ids.size());
+    auto& tmp = scratch<T>();
+    tmp.keys_t.resize(size_t(ihd * n_ids));
+    tmp.logits.resize(size_t(ih * n_ids));
+    for (int64_t e = 0; e < n_ids; ++e) {
+      const T* key = src.index_keys.row(ids[size_t(e)]);
+      for (int64_t x = 0; x < ihd; ++x) tmp.keys_t[size_t(x * n_ids + e)] = key[x];
+    }
+    gemm::gemm(iq.data(), ih, ihd, tmp.keys_t.data(), n_ids, tmp.logits.data(), false);
+    std::vector<T> scores(ids.size(), T(0));
     for (int64_t h = 0; h < ih; ++h) {
-      dots(iq.data() + h * ihd, keys.data(), int64_t(keys.size()), ihd, d.data());
-      for (size_t e = 0; e < ids.size(); ++e) scores[e] += w[size_t(h)] * (d[e] > T(0) ? d[e] : T(0));
+      const T* d = tmp.logits.data() + h * n_ids;
+      for (int64_t e = 0; e < n_ids; ++e) scores[size_t(e)] += w[size_t(h)] * (d[e] > T(0) ? d[e] : T(0));
     }
     n_scored[size_t(i)] = int64_t(ids.size());
     ScoredTopk<T> chosen;
@@ -215,26 +238,31 @@ void Engine<T>::attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out)
       std::fill(out, out + H * hd, std::numeric_limits<T>::quiet_NaN());
       continue;
     }
-    // The entry list (docs/spec.md §3.5): local entries lo..p, then the selection.
-    const size_t n_e = size_t(n_entries[size_t(i)]);
-    std::vector<const T*> keys;
-    keys.reserve(n_e);
-    for (int64_t j = lo; j <= p; ++j) keys.push_back(ls.local.row(j));
-    for (int64_t k = 0; k < n_sel; ++k) keys.push_back(src->entries.row((*sel)[size_t(k)]));
-    std::vector<T> wts(n_e);
+    // The entry list (docs/spec.md §3.5): local entries lo..p, then the
+    // selection, gathered as rows (the values) and as columns (the keys).
+    const int64_t n_e = n_entries[size_t(i)];
+    auto& tmp = scratch<T>();
+    tmp.values.resize(size_t(n_e * hd));
+    tmp.keys_t.resize(size_t(hd * n_e));
+    tmp.logits.resize(size_t(H * n_e));
+    auto gather = [&](int64_t e, const T* entry) {
+      std::copy(entry, entry + hd, tmp.values.data() + e * hd);
+      for (int64_t x = 0; x < hd; ++x) tmp.keys_t[size_t(x * n_e + e)] = entry[x];
+    };
+    for (int64_t j = lo; j <= p; ++j) gather(j - lo, ls.local.row(j));
+    for (int64_t k = 0; k < n_sel; ++k) gather(p - lo + 1 + k, src->entries.row((*sel)[size_t(k)]));
+    // Every head's logits at once, logits[h, e] = q_h · entry_e, each sum over
+    // the channels ascending from 0 (dot()'s order); then each head's softmax;
+    // then out[h, :] = Σ_e weight[h, e] · entry_e, e ascending from 0, the
+    // order of the definition's loop over the entry list.
+    gemm::gemm(q.row(i).data(), H, hd, tmp.keys_t.data(), n_e, tmp.logits.data(), false);
     for (int64_t h = 0; h < H; ++h) {
-      const T* qh = q.row(i).data() + h * hd;
-      dots(qh, keys.data(), int64_t(n_e), hd, wts.data());
-      for (T& w : wts) w = w * scale;
-      softmax_with_sink(wts, lw.attn_sink[h], !faulted(Fault::SinkDropped, l));
-      T* o = out + h * hd;
-      std::fill(o, o + hd, T(0));
-      for (size_t e = 0; e < n_e; ++e) {
-        const T* v = keys[e];
-        for (int64_t x = 0; x < hd; ++x) o[x] += wts[e] * v[x];
-      }
-      if (!faulted(Fault::RopeInverseSkipped, l)) rope(o, hd, c_.rope_dim, c_.rope_theta, p, -1);
+      T* wts = tmp.logits.data() + h * n_e;
+      for (int64_t e = 0; e < n_e; ++e) wts[e] = wts[e] * scale;
+      softmax_with_sink(wts, n_e, lw.attn_sink[h], !faulted(Fault::SinkDropped, l));
     }
+    gemm::gemm(tmp.logits.data(), H, n_e, tmp.values.data(), hd, out, false);
+    if (!faulted(Fault::RopeInverseSkipped, l)) rope_heads(out, H, hd, c_.rope_dim, c_.rope_theta, p, -1);
   }
   for (int64_t i = 0; i < n; ++i) count(l, kFlopAttention, 2 * 2 * H * hd * n_entries[size_t(i)]);
 }
@@ -309,8 +337,7 @@ void Engine<T>::layer(int64_t l, int64_t a, Mat<T>& X, const Mat<T>* xhat_E) {
   // 1. query
   const Mat<T> q_lat = rmsnorm_rows(matmul(xhat, lw.wq_a), lw.q_norm, eps_);
   Mat<T> q = matmul(q_lat, lw.wq_b);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t h = 0; h < H; ++h) rope(q.row(i).data() + h * hd, hd, c_.rope_dim, c_.rope_theta, a + i);
+  for (int64_t i = 0; i < n; ++i) rope_heads(q.row(i).data(), H, hd, c_.rope_dim, c_.rope_theta, a + i);
   count(l, kFlopQuery, 2 * n * (d * c_.q_lora_rank + c_.q_lora_rank * H * hd));
   // 2. local entries
   Mat<T> k = rmsnorm_rows(matmul(xhat, lw.wkv), lw.kv_norm, eps_);

@@ -108,17 +108,38 @@ Mat<T> rmsnorm_rows(const Mat<T>& X, const Vec<T>& w, T eps) {
 // dims by θ = pos · theta^(-2i/rope_dim); sign = -1 is the inverse. The angle,
 // its cosine and sine are computed in double for every scalar type, then
 // rounded to T; the rotation itself runs in T.
+//
+// rope_heads rotates n_heads consecutive vectors of `dim` at the same
+// position: the cosines and sines are computed once for all of them, the same
+// values rope() computes for each.
+template <class T>
+void rope_heads(T* v, int64_t n_heads, int64_t dim, int64_t rope_dim, double theta, int64_t pos, int sign = +1) {
+  constexpr int64_t kPairs = 64;  // rope_dim / 2 up to this on the stack
+  T cs[2 * kPairs];
+  const int64_t pairs = rope_dim / 2, o = dim - rope_dim;
+  for (int64_t i0 = 0; i0 < pairs; i0 += kPairs) {
+    const int64_t i1 = std::min(pairs, i0 + kPairs);
+    for (int64_t i = i0; i < i1; ++i) {
+      const double inv_freq = std::pow(theta, -2.0 * double(i) / double(rope_dim));
+      const double ang = double(sign) * double(pos) * inv_freq;
+      cs[2 * (i - i0)] = T(std::cos(ang));
+      cs[2 * (i - i0) + 1] = T(std::sin(ang));
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {
+      T* x = v + h * dim + o;
+      for (int64_t i = i0; i < i1; ++i) {
+        const T c = cs[2 * (i - i0)], s = cs[2 * (i - i0) + 1];
+        const T a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = a * c - b * s;
+        x[2 * i + 1] = a * s + b * c;
+      }
+    }
+  }
+}
+
 template <class T>
 void rope(T* v, int64_t dim, int64_t rope_dim, double theta, int64_t pos, int sign = +1) {
-  const int64_t o = dim - rope_dim;
-  for (int64_t i = 0; i < rope_dim / 2; ++i) {
-    const double inv_freq = std::pow(theta, -2.0 * double(i) / double(rope_dim));
-    const double ang = double(sign) * double(pos) * inv_freq;
-    const T c = T(std::cos(ang)), s = T(std::sin(ang));
-    const T a = v[o + 2 * i], b = v[o + 2 * i + 1];
-    v[o + 2 * i] = a * c - b * s;
-    v[o + 2 * i + 1] = a * s + b * c;
-  }
+  rope_heads(v, 1, dim, rope_dim, theta, pos, sign);
 }
 
 // Scores compare as real numbers; a NaN (only under the poison probe) ranks
@@ -223,15 +244,20 @@ T index_score(const T* iq, const T* w, const T* ik, int64_t n_heads, int64_t hea
 // docs/spec.md §3.5 softmax with a sink logit that joins the denominator and has no
 // value. logits are overwritten by the weights. Sums run in entry order.
 template <class T>
-void softmax_with_sink(std::vector<T>& logits, T sink, bool use_sink = true) {
+void softmax_with_sink(T* logits, int64_t n, T sink, bool use_sink = true) {
   T m = use_sink ? sink : -std::numeric_limits<T>::infinity();
-  for (T l : logits) m = std::max(m, l);
+  for (int64_t e = 0; e < n; ++e) m = std::max(m, logits[e]);
   T denom = use_sink ? std::exp(sink - m) : T(0);
-  for (T& l : logits) {
-    l = std::exp(l - m);
-    denom += l;
+  for (int64_t e = 0; e < n; ++e) {
+    logits[e] = std::exp(logits[e] - m);
+    denom += logits[e];
   }
-  for (T& l : logits) l = l / denom;
+  for (int64_t e = 0; e < n; ++e) logits[e] = logits[e] / denom;
+}
+
+template <class T>
+void softmax_with_sink(std::vector<T>& logits, T sink, bool use_sink = true) {
+  softmax_with_sink(logits.data(), int64_t(logits.size()), sink, use_sink);
 }
 
 // docs/spec.md §3.3 r >= 2: per channel, softmax over the block's tokens of z, then

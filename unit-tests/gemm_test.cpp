@@ -20,12 +20,12 @@ constexpr int64_t P = kPanelDepth;
 struct Shape {
   int64_t n, k, m;
 };
-// Odd sizes around the streaming limit (4 rows), the register tile (4 rows, 2
-// vectors of up to 16 lanes), the row block (64), the column chunk (256) and
-// the k-panel boundaries.
+// Odd sizes around the streaming limit (4 rows), the register tiles (4 rows x
+// 2 vectors on sse2/avx2, 8 rows x 1 vector on avx512; up to 16 lanes), the
+// row block (64), the column chunk (256) and the k-panel boundaries.
 const Shape kShapes[] = {{1, 1, 1},      {1, 7, 33},       {3, 5, 2},       {5, P - 1, 17},   {4, P, 16},
                          {7, P + 1, 31}, {13, 2 * P + 3, 9}, {65, 67, 257}, {66, P + 5, 40}, {2, 3 * P, 130},
-                         {129, 19, 3},   {9, 1, 300}};
+                         {129, 19, 3},   {9, 1, 300},      {8, P + 2, 64},  {17, 33, 24}};
 
 // Values over many binades with signed zeros, so that any change of order or
 // of rounding shows in the bits. The seed is fixed and printed on failure.
