@@ -53,7 +53,7 @@ void ordered(benchmark::State& st, Isa isa) {
   const int64_t n = st.range(0), k = st.range(1), m = st.range(2);
   Operands<T> o(n, k, m);
   for (auto _ : st) {
-    ced::ref::gemm::gemm_with(isa, ced::ref::gemm::Plant::None, o.X.data(), n, k, o.W.data(), m, o.Y.data(), false);
+    ced::ref::gemm::gemm_with(isa, ced::ref::gemm::Plant::None, ced::ref::gemm::dense(o.X.data(), n, k, o.W.data(), m, o.Y.data()), false);
     benchmark::DoNotOptimize(o.Y.data());
   }
   set_flops(st, n, k, m);

@@ -14,19 +14,28 @@ namespace ced::ref {
 namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();  // a score that does not exist
 
-// Per-thread buffers of one position's attention or index scoring: the
-// entries it sees gathered as rows and as columns, and its logits. Kept
-// across positions, since fresh ones per position would be allocated, zeroed
-// and page-faulted each time.
+// Positions per block of attention's local logits and of index scoring: a
+// block's queries meet the entries they share in one ordered product
+// (attend(), select()). 16 keeps a block's logits (16·H rows of up to 16 + W
+// entries) in L2.
+constexpr int64_t kPositionBlock = 16;
+
+// Per-thread buffers of one block of positions (attention or index scoring)
+// and of one position inside it: entries gathered as rows and as columns,
+// logits. Kept across calls, since fresh ones would be allocated, zeroed and
+// page-faulted each time.
 template <class T>
 struct PositionScratch {
-  std::vector<T> values, keys_t, logits;
+  std::vector<T> block_keys_t, block_logits;  // a block's entries as columns, its queries' logits
+  std::vector<T> queries;                     // a block's roped index queries
+  std::vector<T> values, keys_t, logits;      // one position's
 };
 template <class T>
 PositionScratch<T>& scratch() {
   thread_local PositionScratch<T> s;
   return s;
 }
+
 }  // namespace
 
 template <class T>
@@ -42,6 +51,13 @@ Engine<T>::Engine(const Config& c, const Plan& p, const Weights<T>& w, Fault fau
     sources[size_t(l)].entries.cols = c.head_dim;
     sources[size_t(l)].index_keys.cols = c.index_head_dim;
   }
+}
+
+template <class T>
+const LayerState<T>& Engine<T>::selecting(int64_t l) const {
+  const LayerPlan& lp = p_[l];
+  if (lp.role == Role::Reuse && !faulted(Fault::ReuseOwnSelection, l)) return layers[size_t(lp.idx_src)];
+  return layers[size_t(l)];
 }
 
 template <class T>
@@ -118,21 +134,13 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
   const LayerPlan& lp = p_[l];
   auto& ls = layers[size_t(l)];
   const int64_t n = xhat.rows();
+  const bool reuse_fault = lp.role == Role::Reuse && faulted(Fault::ReuseOwnSelection, l);
+  // A Reuse layer reads idx_src's selections in place (selecting()).
+  if (&selecting(l) != &ls) return;
   const int64_t base = int64_t(ls.selection.size());
   ls.selection.resize(size_t(base + n));
   ls.selection_scores.resize(size_t(base + n));
   ls.left_out_score.resize(size_t(base + n));
-  const bool reuse_fault = lp.role == Role::Reuse && faulted(Fault::ReuseOwnSelection, l);
-  if (lp.role == Role::Reuse && !reuse_fault) {
-    const auto& src = layers[size_t(lp.idx_src)];
-    for (int64_t i = 0; i < n; ++i) {
-      const size_t s = size_t(a + i - src.local.first);
-      ls.selection[size_t(base + i)] = src.selection[s];
-      ls.selection_scores[size_t(base + i)] = src.selection_scores[s];
-      ls.left_out_score[size_t(base + i)] = src.left_out_score[s];
-    }
-    return;
-  }
   // Reindex, Full, or the reuse-own-selection fault (which borrows idx_src's indexer weights).
   const auto& iw = w_.layers[size_t(reuse_fault ? lp.idx_src : l)];
   const int64_t ih = c_.index_n_heads, ihd = c_.index_head_dim;
@@ -146,63 +154,101 @@ void Engine<T>::select(int64_t l, int64_t a, const Mat<T>& xhat, const Mat<T>& q
   if (lp.candidate_source) ls.pool.resize(size_t(base + n));
   const LayerState<T>* cand = p_.candidate_source >= 0 ? &layers[size_t(p_.candidate_source)] : nullptr;
   std::vector<int64_t> n_scored(static_cast<size_t>(n));
-#pragma omp parallel for schedule(dynamic, 4) if (n >= 16)
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t p = a + i;
-    std::vector<T> iq(iq_all.row(i).data(), iq_all.row(i).data() + ih * ihd);
-    rope_heads(iq.data(), ih, ihd, c_.rope_dim, c_.rope_theta, p);
-    std::vector<T> w(static_cast<size_t>(ih));
-    for (int64_t h = 0; h < ih; ++h) w[size_t(h)] = wraw(i, h) * wscale;
-    const int64_t nv = visible(l, p, r, src.entries.count());
-    std::vector<int64_t> ids;
-    if (in_pool) {
-      const auto& pool = cand->pool[size_t(p - cand->local.first)];
-      const int64_t bs = c_.candidate_block_size;
-      for (int64_t b : pool)
-        for (int64_t j = b * bs; j < std::min(nv, (b + 1) * bs); ++j) ids.push_back(j);
-    } else {
-      ids.resize(size_t(nv));
-      for (int64_t j = 0; j < nv; ++j) ids[size_t(j)] = j;
-    }
-    // index_score of every entry (docs/spec.md §3.4): the dot products of all
-    // heads with all keys are one ordered product, D[h, e] = iq_h · ik_e with
-    // each sum over the key's channels ascending from 0, as dot() sums; then
-    // each entry's score sums its heads, h ascending.
-    const int64_t n_ids = int64_t(ids.size());
+  const int64_t n_blocks = (n + kPositionBlock - 1) / kPositionBlock;
+#pragma omp parallel for schedule(dynamic, 1) if (n >= 2 * kPositionBlock)
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const int64_t i0 = b * kPositionBlock, i1 = std::min(n, i0 + kPositionBlock), bn = i1 - i0;
     auto& tmp = scratch<T>();
-    tmp.keys_t.resize(size_t(ihd * n_ids));
-    tmp.logits.resize(size_t(ih * n_ids));
-    for (int64_t e = 0; e < n_ids; ++e) {
-      const T* key = src.index_keys.row(ids[size_t(e)]);
-      for (int64_t x = 0; x < ihd; ++x) tmp.keys_t[size_t(x * n_ids + e)] = key[x];
+    // The block's index queries, roped at their positions: [bn * ih, ihd].
+    tmp.queries.resize(size_t(bn * ih * ihd));
+    for (int64_t i = i0; i < i1; ++i) {
+      T* iq = tmp.queries.data() + (i - i0) * ih * ihd;
+      std::copy(iq_all.row(i).data(), iq_all.row(i).data() + ih * ihd, iq);
+      rope_heads(iq, ih, ihd, c_.rope_dim, c_.rope_theta, a + i);
     }
-    gemm::gemm(iq.data(), ih, ihd, tmp.keys_t.data(), n_ids, tmp.logits.data(), false);
-    std::vector<T> scores(ids.size(), T(0));
-    for (int64_t h = 0; h < ih; ++h) {
-      const T* d = tmp.logits.data() + h * n_ids;
-      for (int64_t e = 0; e < n_ids; ++e) scores[size_t(e)] += w[size_t(h)] * (d[e] > T(0) ? d[e] : T(0));
+    // The entries the block's last position sees (visibility grows with p)
+    // as columns: every position's keys are a prefix or a subset of them.
+    const int64_t nv_max = visible(l, a + i1 - 1, r, src.entries.count());
+    std::vector<const T*> rows(static_cast<size_t>(nv_max));
+    for (int64_t j = 0; j < nv_max; ++j) rows[size_t(j)] = src.index_keys.row(j);
+    tmp.block_keys_t.resize(size_t(ihd * nv_max));
+    gemm::transpose_rows(rows.data(), nv_max, ihd, tmp.block_keys_t.data(), nv_max);
+    // index_score of every entry (docs/spec.md §3.4): the dot products of all
+    // heads with all keys are ordered products, D[h, e] = iq_h · ik_e with
+    // each sum over the key's channels ascending from 0, as dot() sums; then
+    // each entry's score sums its heads, h ascending. Outside the candidate
+    // pool every position scores a prefix of the block's entries, so the
+    // block's queries meet them in one product (the entries only later
+    // positions see are computed and not read).
+    if (!in_pool && nv_max > 0) {
+      tmp.block_logits.resize(size_t(bn * ih * nv_max));
+      gemm::gemm(tmp.queries.data(), bn * ih, ihd, tmp.block_keys_t.data(), nv_max, tmp.block_logits.data(), false);
     }
-    n_scored[size_t(i)] = int64_t(ids.size());
-    ScoredTopk<T> chosen;
-    if (lp.candidate_source) {
-      auto pool = candidate_pool(scores, nv, c_.candidate_block_size, c_.candidate_topk_blocks,
-                                 !faulted(Fault::PoolPinDropped, l), tie_rev);
-      const int64_t bs = c_.candidate_block_size;
-      std::vector<int64_t> pids;
-      std::vector<T> pscores;
-      for (int64_t b : pool)
-        for (int64_t j = b * bs; j < std::min(nv, (b + 1) * bs); ++j) {
-          pids.push_back(j);
-          pscores.push_back(scores[size_t(j)]);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t p = a + i;
+      std::vector<T> w(static_cast<size_t>(ih));
+      for (int64_t h = 0; h < ih; ++h) w[size_t(h)] = wraw(i, h) * wscale;
+      const int64_t nv = visible(l, p, r, src.entries.count());
+      std::vector<int64_t> ids;
+      const T* d_rows = nullptr;  // D [ih, n_ids], row stride ld_d
+      int64_t ld_d = 0;
+      if (in_pool) {
+        // The pool's blocks of entries, each a run of consecutive columns.
+        const auto& pool = cand->pool[size_t(p - cand->local.first)];
+        const int64_t bs = c_.candidate_block_size;
+        for (int64_t pb : pool)
+          for (int64_t j = pb * bs; j < std::min(nv, (pb + 1) * bs); ++j) ids.push_back(j);
+        const int64_t n_ids = int64_t(ids.size());
+        tmp.keys_t.resize(size_t(ihd * n_ids));
+        for (int64_t x = 0; x < ihd; ++x) {
+          const T* from = tmp.block_keys_t.data() + x * nv_max;
+          T* to = tmp.keys_t.data() + x * n_ids;
+          int64_t e = 0;
+          for (int64_t pb : pool) {
+            const int64_t j0 = pb * bs, j1 = std::min(nv, (pb + 1) * bs);
+            if (j1 > j0) std::copy(from + j0, from + j1, to + e);
+            e += std::max<int64_t>(0, j1 - j0);
+          }
         }
-      chosen = topk_scored(pids, pscores, c_.index_topk, tie_rev);
-      ls.pool[size_t(base + i)] = std::move(pool);
-    } else {
-      chosen = topk_scored(ids, scores, c_.index_topk, tie_rev);
+        tmp.logits.resize(size_t(ih * n_ids));
+        gemm::gemm(tmp.queries.data() + (i - i0) * ih * ihd, ih, ihd, tmp.keys_t.data(), n_ids, tmp.logits.data(),
+                   false);
+        d_rows = tmp.logits.data();
+        ld_d = n_ids;
+      } else {
+        ids.resize(size_t(nv));
+        for (int64_t j = 0; j < nv; ++j) ids[size_t(j)] = j;
+        d_rows = tmp.block_logits.data() + (i - i0) * ih * nv_max;
+        ld_d = nv_max;
+      }
+      const int64_t n_ids = int64_t(ids.size());
+      std::vector<T> scores(ids.size(), T(0));
+      for (int64_t h = 0; h < ih; ++h) {
+        const T* d = d_rows + h * ld_d;
+        for (int64_t e = 0; e < n_ids; ++e) scores[size_t(e)] += w[size_t(h)] * (d[e] > T(0) ? d[e] : T(0));
+      }
+      n_scored[size_t(i)] = n_ids;
+      ScoredTopk<T> chosen;
+      if (lp.candidate_source) {
+        auto pool = candidate_pool(scores, nv, c_.candidate_block_size, c_.candidate_topk_blocks,
+                                   !faulted(Fault::PoolPinDropped, l), tie_rev);
+        const int64_t bs = c_.candidate_block_size;
+        std::vector<int64_t> pids;
+        std::vector<T> pscores;
+        for (int64_t pb : pool)
+          for (int64_t j = pb * bs; j < std::min(nv, (pb + 1) * bs); ++j) {
+            pids.push_back(j);
+            pscores.push_back(scores[size_t(j)]);
+          }
+        chosen = topk_scored(pids, pscores, c_.index_topk, tie_rev);
+        ls.pool[size_t(base + i)] = std::move(pool);
+      } else {
+        chosen = topk_scored(ids, scores, c_.index_topk, tie_rev);
+      }
+      ls.selection[size_t(base + i)] = std::move(chosen.ids);
+      ls.selection_scores[size_t(base + i)] = std::move(chosen.scores);
+      ls.left_out_score[size_t(base + i)] = chosen.left_out;
     }
-    ls.selection[size_t(base + i)] = std::move(chosen.ids);
-    ls.selection_scores[size_t(base + i)] = std::move(chosen.scores);
-    ls.left_out_score[size_t(base + i)] = chosen.left_out;
   }
   for (int64_t i = 0; i < n; ++i) {
     count(l, kFlopIndexerQW, 2 * (c_.q_lora_rank * ih * ihd + c_.d_model * ih));
@@ -221,48 +267,76 @@ void Engine<T>::attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out)
   const T scale = T(1.0 / std::sqrt(double(hd)));
   const int64_t span = faulted(Fault::WindowOffByOne, l) ? W : W - 1;
   const SourceState<T>* src = lp.ratio > 0 ? &sources[size_t(lp.kv_src)] : nullptr;
+  const LayerState<T>& owner = selecting(l);
   heads_out.resize(n, H * hd);
   std::vector<int64_t> n_entries(static_cast<size_t>(n));
-#pragma omp parallel for schedule(dynamic, 4) if (n >= 16)
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t p = a + i;
-    const int64_t lo_full = std::max<int64_t>(0, p - span);
-    const int64_t lo = std::max(ls.local.first, lo_full);  // docs/spec.md §4/§5: lo(p)
-    const std::vector<int64_t>* sel = src ? &ls.selection[size_t(p - ls.local.first)] : nullptr;
-    const int64_t n_sel = sel ? int64_t(sel->size()) : 0;
-    n_entries[size_t(i)] = (p - lo + 1) + n_sel;
-    T* out = heads_out.row(i).data();
-    if (poison_ && lo > lo_full) {
-      // The truncated entries enter as NaN: every logit sum, hence every
-      // head's output, is NaN. Same result as carrying the NaN entries through.
-      std::fill(out, out + H * hd, std::numeric_limits<T>::quiet_NaN());
-      continue;
-    }
-    // The entry list (docs/spec.md §3.5): local entries lo..p, then the
-    // selection, gathered as rows (the values) and as columns (the keys).
-    const int64_t n_e = n_entries[size_t(i)];
+  const int64_t n_blocks = (n + kPositionBlock - 1) / kPositionBlock;
+#pragma omp parallel for schedule(dynamic, 1) if (n >= 2 * kPositionBlock)
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const int64_t i0 = b * kPositionBlock, i1 = std::min(n, i0 + kPositionBlock), bn = i1 - i0;
     auto& tmp = scratch<T>();
-    tmp.values.resize(size_t(n_e * hd));
-    tmp.keys_t.resize(size_t(hd * n_e));
-    tmp.logits.resize(size_t(H * n_e));
-    auto gather = [&](int64_t e, const T* entry) {
-      std::copy(entry, entry + hd, tmp.values.data() + e * hd);
-      for (int64_t x = 0; x < hd; ++x) tmp.keys_t[size_t(x * n_e + e)] = entry[x];
-    };
-    for (int64_t j = lo; j <= p; ++j) gather(j - lo, ls.local.row(j));
-    for (int64_t k = 0; k < n_sel; ++k) gather(p - lo + 1 + k, src->entries.row((*sel)[size_t(k)]));
-    // Every head's logits at once, logits[h, e] = q_h · entry_e, each sum over
-    // the channels ascending from 0 (dot()'s order); then each head's softmax;
-    // then out[h, :] = Σ_e weight[h, e] · entry_e, e ascending from 0, the
-    // order of the definition's loop over the entry list.
-    gemm::gemm(q.row(i).data(), H, hd, tmp.keys_t.data(), n_e, tmp.logits.data(), false);
-    for (int64_t h = 0; h < H; ++h) {
-      T* wts = tmp.logits.data() + h * n_e;
-      for (int64_t e = 0; e < n_e; ++e) wts[e] = wts[e] * scale;
-      softmax_with_sink(wts, n_e, lw.attn_sink[h], !faulted(Fault::SinkDropped, l));
+    // The local entries any position of the block reads, j0 .. a+i1-1, as
+    // columns; the block's queries meet them in one ordered product,
+    // block_logits[(i - i0)·H + h, j - j0] = q_h(a+i) · k_j, each sum over
+    // the channels ascending from 0 (dot()'s order). The entries outside a
+    // position's window are computed and not read.
+    const int64_t j0 = std::max(ls.local.first, a + i0 - span), m_b = a + i1 - j0;
+    std::vector<const T*> rows(static_cast<size_t>(m_b));
+    for (int64_t j = 0; j < m_b; ++j) rows[size_t(j)] = ls.local.row(j0 + j);
+    tmp.block_keys_t.resize(size_t(hd * m_b));
+    gemm::transpose_rows(rows.data(), m_b, hd, tmp.block_keys_t.data(), m_b);
+    tmp.block_logits.resize(size_t(bn * H * m_b));
+    gemm::gemm(q.row(i0).data(), bn * H, hd, tmp.block_keys_t.data(), m_b, tmp.block_logits.data(), false);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t p = a + i;
+      const int64_t lo_full = std::max<int64_t>(0, p - span);
+      const int64_t lo = std::max(ls.local.first, lo_full);  // docs/spec.md §4/§5: lo(p)
+      const std::vector<int64_t>* sel = src ? &owner.selection[size_t(p - owner.local.first)] : nullptr;
+      const int64_t n_sel = sel ? int64_t(sel->size()) : 0, n_loc = p - lo + 1;
+      n_entries[size_t(i)] = n_loc + n_sel;
+      T* out = heads_out.row(i).data();
+      if (poison_ && lo > lo_full) {
+        // The truncated entries enter as NaN: every logit sum, hence every
+        // head's output, is NaN. Same result as carrying the NaN entries through.
+        std::fill(out, out + H * hd, std::numeric_limits<T>::quiet_NaN());
+        continue;
+      }
+      // The entry list (docs/spec.md §3.5): local entries lo..p, then the
+      // selection. logits [H, n_e]: each head's local logits from the block's
+      // product, then its selection logits, one more ordered product over the
+      // selected entries gathered as columns.
+      const int64_t n_e = n_entries[size_t(i)];
+      tmp.logits.resize(size_t(H * n_e));
+      for (int64_t h = 0; h < H; ++h) {
+        const T* from = tmp.block_logits.data() + ((i - i0) * H + h) * m_b + (lo - j0);
+        std::copy(from, from + n_loc, tmp.logits.data() + h * n_e);
+      }
+      if (n_sel > 0) {
+        std::vector<const T*> picked(static_cast<size_t>(n_sel));
+        for (int64_t k = 0; k < n_sel; ++k) picked[size_t(k)] = src->entries.row((*sel)[size_t(k)]);
+        tmp.keys_t.resize(size_t(hd * n_sel));
+        gemm::transpose_rows(picked.data(), n_sel, hd, tmp.keys_t.data(), n_sel);
+        tmp.values.resize(size_t(n_sel * hd));
+        for (int64_t k = 0; k < n_sel; ++k) std::copy(picked[size_t(k)], picked[size_t(k)] + hd, tmp.values.data() + k * hd);
+        gemm::gemm(gemm::Operands<T>{q.row(i).data(), hd, tmp.keys_t.data(), n_sel, tmp.logits.data() + n_loc, n_e, H,
+                                     hd, n_sel, false},
+                   false);
+      }
+      // Each head's softmax; then out[h, :] = Σ_e weight[h, e] · entry_e, e
+      // ascending from 0, the order of the definition's loop over the entry
+      // list: the local entries read in place (rows lo..p of the store), the
+      // selected ones continuing the same sums.
+      for (int64_t h = 0; h < H; ++h) {
+        T* wts = tmp.logits.data() + h * n_e;
+        for (int64_t e = 0; e < n_e; ++e) wts[e] = wts[e] * scale;
+        softmax_with_sink(wts, n_e, lw.attn_sink[h], !faulted(Fault::SinkDropped, l));
+      }
+      gemm::gemm(gemm::Operands<T>{tmp.logits.data(), n_e, ls.local.row(lo), hd, out, hd, H, n_loc, hd, false}, false);
+      if (n_sel > 0)
+        gemm::gemm(gemm::Operands<T>{tmp.logits.data() + n_loc, n_e, tmp.values.data(), hd, out, hd, H, n_sel, hd, true},
+                   false);
+      if (!faulted(Fault::RopeInverseSkipped, l)) rope_heads(out, H, hd, c_.rope_dim, c_.rope_theta, p, -1);
     }
-    gemm::gemm(tmp.logits.data(), H, n_e, tmp.values.data(), hd, out, false);
-    if (!faulted(Fault::RopeInverseSkipped, l)) rope_heads(out, H, hd, c_.rope_dim, c_.rope_theta, p, -1);
   }
   for (int64_t i = 0; i < n; ++i) count(l, kFlopAttention, 2 * 2 * H * hd * n_entries[size_t(i)]);
 }
@@ -280,6 +354,7 @@ void Engine<T>::ffn(int64_t l, Mat<T>& X) {
   std::vector<char> chosen(static_cast<size_t>(n * std::max<int64_t>(ne, 1)), 0);
   if (ne > 0) {
     const Mat<T> logits = matmul(f, lw.router);
+#pragma omp parallel for schedule(static) if (n * ne >= kParallelElements / 8)
     for (int64_t i = 0; i < n; ++i) {
       std::vector<T> s(static_cast<size_t>(ne));
       for (int64_t e = 0; e < ne; ++e) s[size_t(e)] = router_score(logits(i, e));
@@ -293,35 +368,48 @@ void Engine<T>::ffn(int64_t l, Mat<T>& X) {
     }
     count(l, kFlopRouter, 2 * n * d * ne);
   }
-  // SwiGLU of the given rows through one expert; rows are gathered so each
-  // expert runs one matmul, which leaves every row's arithmetic unchanged.
-  auto swiglu = [&](const ExpertWeights<T>& ex, const std::vector<int64_t>& rows) {
-    Mat<T> v(int64_t(rows.size()), d);
-    for (size_t r = 0; r < rows.size(); ++r) v.row(int64_t(r)) = f.row(rows[r]);
+  // SwiGLU of rows x [nr, d] through one expert into y's first nr rows. The
+  // buffers are sized for every row and shared by the experts: temporaries
+  // whose size changes with each expert and layer fragment the heap, and each
+  // fresh piece of it is page-faulted and zeroed by the kernel.
+  Mat<T> v(n, d), h1(n, m), h3(n, m), y(n, d);
+  auto swiglu = [&](const ExpertWeights<T>& ex, const T* x, int64_t nr) {
     const bool thread_dep = faulted(Fault::ThreadDependentReduction, l);
-    Mat<T> h1 = matmul(v, ex.w1, thread_dep), h3 = matmul(v, ex.w3, thread_dep);
-    for (int64_t i = 0; i < h1.size(); ++i) h1.data()[i] = silu(h1.data()[i]) * h3.data()[i];
-    return matmul(h1, ex.w2, thread_dep);
+    matmul_rows(x, nr, d, ex.w1.data(), m, h1.data(), thread_dep);
+    matmul_rows(x, nr, d, ex.w3.data(), m, h3.data(), thread_dep);
+    const int64_t size = nr * m;
+#pragma omp parallel for schedule(static) if (size >= kParallelElements)
+    for (int64_t i = 0; i < size; ++i) h1.data()[i] = silu(h1.data()[i]) * h3.data()[i];
+    matmul_rows(h1.data(), nr, m, ex.w2.data(), d, y.data(), thread_dep);
   };
+  // Rows are gathered so each expert runs one product per matrix, which leaves
+  // every row's arithmetic unchanged.
   for (int64_t e = 0; e < ne; ++e) {
     std::vector<int64_t> rows;
     for (int64_t i = 0; i < n; ++i)
       if (chosen[size_t(i * ne + e)]) rows.push_back(i);
     if (rows.empty()) continue;
-    const Mat<T> y = swiglu(lw.experts[size_t(e)], rows);
-    for (size_t r = 0; r < rows.size(); ++r)
-      for (int64_t x = 0; x < d; ++x) out(rows[r], x) += gate(rows[r], e) * y(int64_t(r), x);
+    const int64_t nr = int64_t(rows.size());
+    const bool par = nr * d >= kParallelElements;
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t r = 0; r < nr; ++r) std::copy(f.row(rows[size_t(r)]).data(), f.row(rows[size_t(r)]).data() + d, v.row(r).data());
+    swiglu(lw.experts[size_t(e)], v.data(), nr);
+    // The rows are distinct: each out row gets one addition per element from this expert.
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t r = 0; r < nr; ++r) {
+      const int64_t i = rows[size_t(r)];
+      const T g = gate(i, e);
+      for (int64_t x = 0; x < d; ++x) out(i, x) += g * y(r, x);
+    }
   }
-  std::vector<int64_t> all(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) all[size_t(i)] = i;
   for (const auto& ex : lw.shared) {
-    const Mat<T> y = swiglu(ex, all);
-    out += y;
+    swiglu(ex, f.data(), n);
+    add_into(out, y);
   }
   const int64_t per_row = (ne > 0 ? c_.n_active_experts : 0) + c_.n_shared_experts;
   count(l, kFlopExperts, 2 * 3 * n * d * m * per_row);
   if (faulted(Fault::FfnOutputScaled, l)) out *= T(1 + 1.0 / 1024);
-  X += out;
+  add_into(X, out);
 }
 
 template <class T>
@@ -337,14 +425,14 @@ void Engine<T>::layer(int64_t l, int64_t a, Mat<T>& X, const Mat<T>* xhat_E) {
   // 1. query
   const Mat<T> q_lat = rmsnorm_rows(matmul(xhat, lw.wq_a), lw.q_norm, eps_);
   Mat<T> q = matmul(q_lat, lw.wq_b);
+#pragma omp parallel for schedule(static) if (q.size() >= kParallelElements)
   for (int64_t i = 0; i < n; ++i) rope_heads(q.row(i).data(), H, hd, c_.rope_dim, c_.rope_theta, a + i);
   count(l, kFlopQuery, 2 * n * (d * c_.q_lora_rank + c_.q_lora_rank * H * hd));
   // 2. local entries
   Mat<T> k = rmsnorm_rows(matmul(xhat, lw.wkv), lw.kv_norm, eps_);
-  for (int64_t i = 0; i < n; ++i) {
-    rope(k.row(i).data(), hd, c_.rope_dim, c_.rope_theta, a + i);
-    ls.local.append(a + i, k.row(i).data());
-  }
+#pragma omp parallel for schedule(static) if (k.size() >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i) rope(k.row(i).data(), hd, c_.rope_dim, c_.rope_theta, a + i);
+  for (int64_t i = 0; i < n; ++i) ls.local.append(a + i, k.row(i).data());
   count(l, kFlopLocalEntry, 2 * n * d * hd);
   // 4. selection
   if (lp.ratio > 0) select(l, a, xhat, q_lat);
@@ -354,11 +442,9 @@ void Engine<T>::layer(int64_t l, int64_t a, Mat<T>& X, const Mat<T>* xhat_E) {
   // 6. grouped output projection
   const int64_t G = c_.o_groups, per_group = (H / G) * hd, R = c_.o_lora_rank;
   Mat<T> u(n, G * R);
-  for (int64_t g = 0; g < G; ++g) {
-    const Mat<T> slice = heads.middleCols(g * per_group, per_group);
-    u.middleCols(g * R, R) = matmul(slice, lw.wo_a[size_t(g)]);
-  }
-  X += matmul(u, lw.wo_b);
+  for (int64_t g = 0; g < G; ++g)
+    matmul_block(heads.data() + g * per_group, H * hd, n, lw.wo_a[size_t(g)], u.data() + g * R, G * R);
+  add_into(X, matmul(u, lw.wo_b));
   count(l, kFlopOutput, 2 * n * (H * hd * R + G * R * d));
   // 7. FFN
   ffn(l, X);
@@ -375,17 +461,18 @@ void Engine<T>::layer(int64_t l, int64_t a, Mat<T>& X, const Mat<T>* xhat_E) {
       cap.has_scores = true;
       cap.topk.conservativeResize(old + n, k_top);
       cap.topk_scores.conservativeResize(old + n, k_top);
+      const LayerState<T>& owner = selecting(l);
       for (int64_t i = 0; i < n; ++i) {
-        const size_t at = size_t(a + i - ls.local.first);
-        const auto& s = ls.selection[at];
-        const auto& sc = ls.selection_scores[at];
+        const size_t at = size_t(a + i - owner.local.first);
+        const auto& s = owner.selection[at];
+        const auto& sc = owner.selection_scores[at];
         for (int64_t x = 0; x < k_top; ++x) {
           const bool has = x < int64_t(s.size());
           cap.topk(old + i, x) = has ? s[size_t(x)] : -1;
           cap.topk_scores(old + i, x) = has ? double(sc[size_t(x)]) : kNaN;
         }
         cap.kth_score.push_back(sc.empty() ? kNaN : double(sc.back()));
-        cap.left_out_score.push_back(double(ls.left_out_score[at]));
+        cap.left_out_score.push_back(double(owner.left_out_score[at]));
       }
     }
   }

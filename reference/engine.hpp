@@ -28,7 +28,9 @@ struct RowStore {
 template <class T>
 struct LayerState {
   RowStore<T> local;                            // local (SWA) entries k_p  [*, head_dim]
-  std::vector<std::vector<int64_t>> selection;  // S_l(p), p from local.first
+  // S_l(p), p from local.first, with the scores behind them; empty on a Reuse
+  // layer, which reads its idx_src's (Engine::selecting).
+  std::vector<std::vector<int64_t>> selection;  // S_l(p)
   std::vector<std::vector<T>> selection_scores; // I(p, j) of each j in S_l(p)
   std::vector<T> left_out_score;                // best eligible entry not in S_l(p) (NaN: none)
   std::vector<std::vector<int64_t>> pool;       // candidate source: pool blocks of p
@@ -87,6 +89,9 @@ class Engine {
   void attend(int64_t l, int64_t a, const Mat<T>& q, Mat<T>& heads_out);
   void ffn(int64_t l, Mat<T>& X);
   int64_t visible(int64_t l, int64_t p, int64_t r, int64_t n_entries) const;
+  // The layer state holding layer l's selections: idx_src's for a Reuse layer
+  // (docs/spec.md §3.4: it reuses S_idx_src(p) unchanged), l's own otherwise.
+  const LayerState<T>& selecting(int64_t l) const;
   bool faulted(Fault f, int64_t l) const { return fault_ == f && (fault_layer_ < 0 || l == fault_layer_); }
   void count(int64_t l, int kind, int64_t flops);
 

@@ -37,13 +37,50 @@ void force_isa(std::optional<Isa> isa);
 // never used outside tests.
 enum class Plant { None, Fused, PanelsDescending };
 
+// One product's operands: Y[n, m] = X[n, k] W[k, m], each matrix row-major
+// with its own row stride (element (i, j) of X at X[i * ldx + j]), so that a
+// product reads or writes a block of a larger matrix in place.
+// accumulate: every Y[i, j] continues the sum it already holds, its k terms
+// added after the earlier ones in the same order, instead of starting from 0;
+// a sum split over two products so gives the bits of the one sum over the
+// concatenated terms.
+template <class T>
+struct Operands {
+  const T* X = nullptr;
+  int64_t ldx = 0;
+  const T* W = nullptr;
+  int64_t ldw = 0;
+  T* Y = nullptr;
+  int64_t ldy = 0;
+  int64_t n = 0, k = 0, m = 0;
+  bool accumulate = false;
+};
+
+// Dense operands: row strides k, m and m.
+template <class T>
+Operands<T> dense(const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y) {
+  return {X, k, W, m, Y, m, n, k, m, false};
+}
+
 // The blocked product with the given ISA and plant (tests); gemm() uses
 // active_isa() and no plant.
 template <class T>
-void gemm_with(Isa isa, Plant plant, const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y, bool parallel);
+void gemm_with(Isa isa, Plant plant, const Operands<T>& o, bool parallel);
 
 template <class T>
-void gemm(const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y, bool parallel);
+void gemm(const Operands<T>& o, bool parallel);
+
+template <class T>
+void gemm(const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y, bool parallel) {
+  gemm(dense(X, n, k, W, m, Y), parallel);
+}
+
+// columns[x * ld + e] = rows[e][x] for e < count, x < dim: count vectors as
+// the columns of a [dim, count] matrix (row stride ld >= count), the right
+// operand that meets queries in q · entry products. A data move, on the
+// active ISA's registers.
+template <class T>
+void transpose_rows(const T* const* rows, int64_t count, int64_t dim, T* columns, int64_t ld);
 
 // The panel depth: k-panel boundaries at multiples of it (tests cross them).
 constexpr int64_t kPanelDepth = 256;

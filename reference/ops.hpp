@@ -22,6 +22,11 @@ namespace ced::ref {
 // thread and batch invariance tests must run sizes above it.
 constexpr int64_t kParallelMultiplyAdds = int64_t(1) << 20;
 
+// Loops of one operation per element (norms, rotations, residual sums) open
+// an OpenMP region above this many elements; each element's arithmetic is
+// the same whichever thread runs it.
+constexpr int64_t kParallelElements = int64_t(1) << 16;
+
 // Y[n, m] = X[n, k] W[k, m]. Each Y[i, j] = sum over k ascending of
 // X[i, k] * W[k, j], accumulated in T from 0: the blocked product of
 // reference/gemm.hpp, whose every path gives these bits.
@@ -57,6 +62,24 @@ Mat<T> matmul(const Mat<T>& X, const Mat<T>& W, bool thread_dependent = false) {
   Mat<T> Y(X.rows(), W.cols());
   matmul_rows(X.data(), X.rows(), X.cols(), W.data(), W.cols(), Y.data(), thread_dependent);
   return Y;
+}
+
+// matmul_rows between blocks of larger matrices: Y [n, W.cols()] (row stride
+// ldy) = X [n, W.rows()] (row stride ldx) W, read and written in place.
+template <class T>
+void matmul_block(const T* X, int64_t ldx, int64_t n, const Mat<T>& W, T* Y, int64_t ldy) {
+  const int64_t k = W.rows(), m = W.cols();
+  gemm::gemm(gemm::Operands<T>{X, ldx, W.data(), m, Y, ldy, n, k, m, false}, n * k * m > kParallelMultiplyAdds);
+}
+
+// Y += X, one addition per element.
+template <class T>
+void add_into(Mat<T>& Y, const Mat<T>& X) {
+  const int64_t n = Y.size();
+  T* y = Y.data();
+  const T* x = X.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
 // Sequential dot product, ascending index.
@@ -97,10 +120,32 @@ void rmsnorm(const T* v, const T* w, int64_t n, T eps, T* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = (v[i] * inv) * w[i];
 }
 
+// rmsnorm() of every row. The sums of squares of eight rows advance
+// together, one i at a time, so that eight additions are in flight instead
+// of one; each sum keeps rmsnorm()'s order.
 template <class T>
 Mat<T> rmsnorm_rows(const Mat<T>& X, const Vec<T>& w, T eps) {
-  Mat<T> Y(X.rows(), X.cols());
-  for (int64_t i = 0; i < X.rows(); ++i) rmsnorm(X.row(i).data(), w.data(), X.cols(), eps, Y.row(i).data());
+  constexpr int64_t kWays = 8;
+  const int64_t rows = X.rows(), n = X.cols(), groups = (rows + kWays - 1) / kWays;
+  Mat<T> Y(rows, n);
+#pragma omp parallel for schedule(static) if (X.size() >= kParallelElements)
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t r0 = g * kWays;
+    if (r0 + kWays > rows) {
+      for (int64_t r = r0; r < rows; ++r) rmsnorm(X.row(r).data(), w.data(), n, eps, Y.row(r).data());
+      continue;
+    }
+    T ss[kWays] = {};
+    const T* v[kWays];
+    for (int64_t r = 0; r < kWays; ++r) v[r] = X.row(r0 + r).data();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t r = 0; r < kWays; ++r) ss[r] += v[r][i] * v[r][i];
+    for (int64_t r = 0; r < kWays; ++r) {
+      const T inv = T(1) / std::sqrt(ss[r] / T(n) + eps);
+      T* out = Y.row(r0 + r).data();
+      for (int64_t i = 0; i < n; ++i) out[i] = (v[r][i] * inv) * w[i];
+    }
+  }
   return Y;
 }
 
@@ -169,8 +214,8 @@ struct ScoredTopk {
 };
 
 // The k best of (ids, scores) in rank order, and the best one after them. The
-// ids are distinct, so the rank order is total and sorting one more place does
-// not change the first k.
+// ids are distinct, so the rank order is total: any correct selection and sort
+// gives the same ids in the same order.
 template <class T>
 ScoredTopk<T> topk_scored(const std::vector<int64_t>& ids, const std::vector<T>& scores, int64_t k,
                           bool reversed_ties = false) {
@@ -178,9 +223,13 @@ ScoredTopk<T> topk_scored(const std::vector<int64_t>& ids, const std::vector<T>&
   for (size_t i = 0; i < order.size(); ++i) order[i] = int64_t(i);
   const auto take = std::min<int64_t>(k, int64_t(order.size()));
   const auto sorted = std::min<int64_t>(take + 1, int64_t(order.size()));
-  std::partial_sort(order.begin(), order.begin() + sorted, order.end(), [&](int64_t x, int64_t y) {
+  const auto before = [&](int64_t x, int64_t y) {
     return ranks_before(scores[size_t(x)], ids[size_t(x)], scores[size_t(y)], ids[size_t(y)], reversed_ties);
-  });
+  };
+  // The order is total, so the place `take` holds after nth_element, and the
+  // first `take` once sorted, are the ones a full sort gives.
+  if (sorted > take) std::nth_element(order.begin(), order.begin() + take, order.end(), before);
+  std::sort(order.begin(), order.begin() + take, before);
   ScoredTopk<T> out;
   out.ids.resize(static_cast<size_t>(take));
   out.scores.resize(static_cast<size_t>(take));

@@ -67,7 +67,7 @@ template <class T>
 int64_t differences_from_definition(Isa isa, Plant plant, const Shape& s, bool parallel, uint64_t seed) {
   const auto X = values<T>(s.n * s.k, seed), W = values<T>(s.k * s.m, seed + 1);
   std::vector<T> Y(static_cast<size_t>(s.n * s.m), T(7));  // not zero: the product must overwrite it
-  gemm_with(isa, plant, X.data(), s.n, s.k, W.data(), s.m, Y.data(), parallel);
+  gemm_with(isa, plant, dense(X.data(), s.n, s.k, W.data(), s.m, Y.data()), parallel);
   return bit_differences(Y, definition(X, W, s));
 }
 
@@ -100,6 +100,70 @@ TYPED_TEST(GemmPaths, AFusedMultiplyAddOrAReorderedKIsCaughtOnEveryIsa) {
       EXPECT_GT(differences_from_definition<TypeParam>(isa, Plant::PanelsDescending, s, false, 11), 0)
           << isa_name(isa) << " n=" << s.n;
     }
+}
+
+// Operands inside larger matrices (row strides above the widths) and a sum
+// continued from what Y holds: Y = Y0 + X W, each element Y0[i, j] followed by
+// its k products in order. The padding around each block is a sentinel that
+// must survive.
+template <class T>
+int64_t strided_differences(Isa isa, const Shape& s, bool accumulate, bool parallel, uint64_t seed) {
+  const int64_t ldx = s.k + 3, ldw = s.m + 5, ldy = s.m + 2;
+  const T sentinel = T(-7.25);
+  auto X = values<T>(s.n * ldx, seed), W = values<T>(s.k * ldw, seed + 1), Y0 = values<T>(s.n * ldy, seed + 2);
+  std::vector<T> Y = Y0;
+  for (int64_t i = 0; i < s.n; ++i)
+    for (int64_t j = s.m; j < ldy; ++j) Y[size_t(i * ldy + j)] = sentinel;
+  Operands<T> o{X.data(), ldx, W.data(), ldw, Y.data(), ldy, s.n, s.k, s.m, accumulate};
+  gemm_with(isa, Plant::None, o, parallel);
+  int64_t d = 0;
+  for (int64_t i = 0; i < s.n; ++i)
+    for (int64_t j = 0; j < ldy; ++j) {
+      T want = sentinel;
+      if (j < s.m) {
+        want = accumulate ? Y0[size_t(i * ldy + j)] : T(0);
+        for (int64_t kk = 0; kk < s.k; ++kk) want += X[size_t(i * ldx + kk)] * W[size_t(kk * ldw + j)];
+      }
+      d += std::memcmp(&want, &Y[size_t(i * ldy + j)], sizeof(T)) != 0;
+    }
+  return d;
+}
+
+TYPED_TEST(GemmPaths, StridedOperandsAndAContinuedSumGiveTheSequentialSumsBits) {
+  omp_set_num_threads(3);
+  for (Isa isa : supported_isas())
+    for (const Shape& s : kShapes)
+      for (bool accumulate : {false, true})
+        for (bool parallel : {false, true}) {
+          const uint64_t seed = uint64_t(s.n * 7919 + s.k * 104729 + s.m);
+          EXPECT_EQ(strided_differences<TypeParam>(isa, s, accumulate, parallel, seed), 0)
+              << isa_name(isa) << " n=" << s.n << " k=" << s.k << " m=" << s.m << " accumulate=" << accumulate
+              << " parallel=" << parallel << " seed=" << seed;
+        }
+}
+
+TYPED_TEST(GemmPaths, TransposeRowsMovesEveryValueToItsColumnOnEveryIsa) {
+  // Counts and widths around the register blocks (4 and 8) and their edges.
+  for (Isa isa : supported_isas()) {
+    force_isa(isa);
+    for (int64_t count : {1, 7, 8, 9, 17, 130})
+      for (int64_t dim : {1, 3, 8, 12, 64}) {
+        const int64_t ld = count + 3;
+        const auto v = values<TypeParam>(count * dim, uint64_t(count * 131 + dim));
+        std::vector<const TypeParam*> rows(static_cast<size_t>(count));
+        for (int64_t e = 0; e < count; ++e) rows[size_t(e)] = v.data() + e * dim;
+        std::vector<TypeParam> columns(static_cast<size_t>(dim * ld), TypeParam(-7.25));
+        transpose_rows(rows.data(), count, dim, columns.data(), ld);
+        int64_t wrong = 0;
+        for (int64_t x = 0; x < dim; ++x)
+          for (int64_t e = 0; e < ld; ++e) {
+            const TypeParam want = e < count ? v[size_t(e * dim + x)] : TypeParam(-7.25);
+            wrong += std::memcmp(&want, &columns[size_t(x * ld + e)], sizeof(TypeParam)) != 0;
+          }
+        EXPECT_EQ(wrong, 0) << isa_name(isa) << " count=" << count << " dim=" << dim;
+      }
+  }
+  force_isa(std::nullopt);
 }
 
 TEST(GemmIsa, TheNaiveAndBaselinePathsRunEverywhereAndNamesRoundTrip) {
