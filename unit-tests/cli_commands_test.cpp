@@ -282,6 +282,22 @@ TEST(BenchCommand, ABackendThatFailsValidationGetsNoFigures) {
   EXPECT_NE(s.find("\"rows\": [], \"summary\": [], \"invalid\": [\"reference\"]"), std::string::npos) << s;
 }
 
+// The f32 reference is where every calibration comes from, so a bound made
+// from its own error would grow with that error and could not fail it: ced
+// bench judges it under the fixed bounds of policy-f32-fixed.toml (the
+// sink-dropped plant above fails them), and computes no calibration for it.
+TEST(BenchCommand, TheF32ReferenceIsJudgedUnderFixedBoundsNotItsOwnError) {
+  const Result r = run_ced("bench --config tiny --tokens 12 --decode 0 --repeat 1");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("reference      validation against reference-f64 (full, N = 12, last position) under "
+                       "policy-f32-fixed.toml:"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  PASS runs/full/logits (rule runs/*/logits: f32 reference, no independent calibration"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(BenchCommand, NoDecodeRowWithoutDecodeSteps) {
   const Result r = run_ced("bench --config tiny --tokens 8 --decode 0");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
