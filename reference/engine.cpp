@@ -399,7 +399,9 @@ void Engine<T>::ffn(int64_t l, Mat<T>& X) {
     for (int64_t r = 0; r < nr; ++r) {
       const int64_t i = rows[size_t(r)];
       const T g = gate(i, e);
-      for (int64_t x = 0; x < d; ++x) out(i, x) += g * y(r, x);
+      T* __restrict to = out.row(i).data();  // out and y: two matrices
+      const T* __restrict from = y.row(r).data();
+      for (int64_t x = 0; x < d; ++x) to[x] += g * from[x];
     }
   }
   for (const auto& ex : lw.shared) {
