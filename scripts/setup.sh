@@ -10,6 +10,7 @@ packages=(build-essential cmake ninja-build pkg-config libeigen3-dev libhdf5-dev
           librapidcheck-dev libcli11-dev libtomlplusplus-dev libfmt-dev python3
           nlohmann-json3-dev python3-dev python3-venv python3-numpy python3-torch python3-pytest pybind11-dev)
 packages+=(gnuplot-nox)  # the plots of `ced replay-budget` and `ced merge` (tools/replay-budget.gp)
+packages+=(python3-h5py)  # scripts/bench-numpy.py reads run files (its timings want libopenblas0-pthread too, by hand)
 packages+=(${CED_SETUP_EXTRA:-})  # scripts/test.sh long: slurm-wlm munge for the Slurm test
 missing=()
 for p in "${packages[@]}"; do

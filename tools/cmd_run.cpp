@@ -119,8 +119,9 @@ Runner add_run(CLI::App& app) {
                         o->backend.c_str());
             auto be = make_backend(o->backend, c, o->model.weight_seed);
             Stopwatch sw;
+            const double cpu0 = process_cpu_seconds();
             RunResult res = be->run(r);
-            const double secs = sw.seconds();
+            const double secs = sw.seconds(), cpu = process_cpu_seconds() - cpu0;
             RunFile f;
             f.generator = fmt::format("ced run (ced-harness {})", CED_VERSION);
             f.config = c;
@@ -146,9 +147,9 @@ Runner add_run(CLI::App& app) {
             std::printf("mode %s, N = %lld, replay %s (n_replay %lld, replay start s = %lld), decode %lld\n",
                         mode_name(r.mode), (long long)N, res.replay.str().c_str(), (long long)res.n_replay,
                         (long long)res.replay_start, (long long)r.decode_steps);
-            std::printf("%.3f s, %.1f tokens/s, %.3g FLOP (docs/spec.md §7 model), %.2f GFLOP/s\n", secs,
+            std::printf("%.3f s, %.1f tokens/s, %.3g FLOP (docs/spec.md §7 model), %.2f GFLOP/s, CPU %.3f s\n", secs,
                         double(N + r.decode_steps) / secs, double(res.flops.total()),
-                        double(res.flops.total()) / secs / 1e9);
+                        double(res.flops.total()) / secs / 1e9, cpu);
             const auto last = res.logits.row(res.logits.rows() - 1);
             Eigen::Index arg = 0;
             last.maxCoeff(&arg);

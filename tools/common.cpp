@@ -1,6 +1,7 @@
 #include "tools/common.hpp"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <charconv>
 #include <cstdio>
@@ -82,5 +83,12 @@ Config ModelOptions::load() const {
 }
 
 void write_text_atomically(const std::string& path, const std::string& text) { write_bytes_atomically(path, text); }
+
+double process_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto secs = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
+  return secs(u.ru_utime) + secs(u.ru_stime);
+}
 
 }  // namespace ced::tools

@@ -50,6 +50,11 @@ struct Stopwatch {
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
 };
 
+// User and system seconds of this process so far, all threads: the CPU time
+// of a stretch of work is the difference of two readings (a loaded machine
+// stretches wall time, much less this).
+double process_cpu_seconds();
+
 // Writes `text` to `path` atomically (temporary file, then rename); InputError.
 void write_text_atomically(const std::string& path, const std::string& text);
 
