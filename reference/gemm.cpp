@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "model/error.hpp"
