@@ -52,8 +52,8 @@
 // per k serves 16 rows, and the 256-deep strip (16 KiB) stays in L1 while the
 // X panel streams from L2. A short one of 8 rows serves products of few rows
 // (attention's 8 heads). Measured on an AMD EPYC (Zen 4, one core, the bench
-// layer shapes): 8 rows 39-45 GFLOP/s in f64, 16 rows 42-50, above the
-// system dgemm's 47-50 with FMA on its larger shapes.
+// layer shapes): 8 rows 39-45 GFLOP/s in f64, 16 rows 42-50, on a par with
+// the system dgemm with FMA (0.92-1.06x of it, docs/results/reference-speed-bench.md).
 #define CED_GEMM_NS avx512
 #define CED_GEMM_ROWS 16
 #define CED_GEMM_SHORT_ROWS 8
