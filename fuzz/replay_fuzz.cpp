@@ -6,7 +6,7 @@
 // candidate pool, index_topk), built like property-tests/generators.hpp in
 // three of four inputs and free-form in the fourth, where ced::validate
 // decides (an invalid config is a clean rejection: return 0); then N in
-// [1, 3R+2], mostly one of the awkward lengths of STYLE.md rule 7; a replay
+// [1, 3R+2], mostly one of the awkward lengths of docs/spec.md §4.4; a replay
 // length K; a resume prefix P <= N; 0..3 decode steps.
 //
 // Every check is bitwise or exact (the reference is batch-invariant, docs/spec.md §3):

@@ -1,5 +1,5 @@
 #pragma once
-// The one checking macro for every CUDA runtime and cuBLAS call (STYLE rule 5):
+// The one checking macro for every CUDA runtime and cuBLAS call:
 // CED_CUDA_CHECK(expr) throws std::runtime_error naming the expression, the
 // file, the line and the library's own description of the error.
 #include <cublas_v2.h>

@@ -1,6 +1,6 @@
 #pragma once
 // RapidCheck generators over valid configs (docs/spec.md §1) and over the awkward
-// prompt lengths of STYLE.md rule 7. A failing case prints its seed; replay it
+// prompt lengths of docs/spec.md §4.4. A failing case prints its seed; replay it
 // with RC_PARAMS="seed=<seed>".
 #include <rapidcheck.h>
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The mutation pass over the judge (docs/mutation.md): samples source mutants of oracle/, io/, tools/
-# and the model's validation, builds each in a dedicated build directory, runs the default tier's
-# tests and writes the kill table to BUILD/mutation/kill-table.{csv,md}. Long: not in the default tier.
+# The mutation pass over the judge (docs/mutation.md): samples source mutants of the scope
+# (tools/mutate/scope.txt: compare/, golden/, checks/, io/, oracle/, tools/, the model's validation and
+# the Python package), builds each in a dedicated build directory, runs the default tier's tests (CTest,
+# then pytest) and writes the kill table to BUILD/mutation/kill-table.{csv,md}. Long: not in the default tier.
 #
 #   scripts/mutate.sh [--count N] [--seed S] [--build DIR] [--stage 'CTEST SELECTION']...
 #                     [--test-timeout S] [--only ID,ID] [--equivalent FILE] [--scope FILE]
@@ -32,5 +33,8 @@ if [ ! -f "$build/build.ninja" ]; then
         -DBUILD_SHARED_LIBS=ON -DCMAKE_LINK_DEPENDS_NO_SHARED=ON -DCED_BUILD_BENCH=OFF \
         -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -DNDEBUG" >/dev/null
 fi
+# The Python stage's venv (tools/mutate/mutate.py --python-cmd): the one scripts/test-python.sh uses,
+# under the mutation build; the package is installed into it before the pass starts.
+"$root/scripts/python-venv.sh" "$build/venv"
 exec nice python3 "$root/tools/mutate/mutate.py" run --build "$build" \
      --build-args="-j${CED_MUTATE_JOBS:-2}" "$@"

@@ -1,22 +1,15 @@
 #!/usr/bin/env bash
-# The Python tests (run by test.sh in the default and long tiers): a venv of
-# Debian's python3 that sees Debian's numpy, torch and pytest
-# (--system-site-packages), the `ced` package installed into it with pip, then
+# The Python tests (run by test.sh in the default and long tiers): the venv of
+# scripts/python-venv.sh, the `ced` package installed into it with pip, then
 # pytest over python/tests and, when present, examples/torch_engine.
-# scikit-build-core comes from PyPI once into the venv, and the package is built
-# without build isolation: no second download per install, and its build folder
+# The package is built without build isolation and its build folder
 # (python/build/) is reused, so a second install recompiles only what changed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${CED_BUILD_DIR:-$root/build}
 venv=$build/venv
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-[ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
-"$venv/bin/python" -c 'import scikit_build_core' 2>/dev/null ||
-  "$venv/bin/pip" install -q --disable-pip-version-check 'scikit-build-core>=0.8'
-# safetensors (PyPI) is how the PyTorch example loads the weights `ced export` writes
-"$venv/bin/python" -c 'import safetensors' 2>/dev/null ||
-  "$venv/bin/pip" install -q --disable-pip-version-check safetensors
+"$root/scripts/python-venv.sh" "$venv"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 start=$(date +%s)
 "$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation "$root/python"

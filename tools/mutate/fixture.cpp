@@ -13,6 +13,11 @@
 // EXPECT: negate_cond while (!(a < b)) ++a;
 // EXPECT: return_early return {}; int s = 0;
 // EXPECT: return_early return; total(a, b);
+// EXPECT: const_shift bool check(int x) { return x > 4; }
+// EXPECT: const_shift bool check(int x) { return x > 2; }
+// EXPECT: const_shift double scaled(double x) { return x * 0.976; }
+// EXPECT: self_compare if (a == a) return 1;
+// EXPECT: self_compare return x.size() < x.size();
 #include <cstddef>  // a < b && c NOT_MUTATED
 #define TWICE(x) ((x) + (x) == 2 * (x))  // NOT_MUTATED
 
@@ -28,6 +33,10 @@ static const char* const kText = "a < b && c || d == e";  // NOT_MUTATED
 
 int pick(int x, int y) { return x - y > 0 ? x : y; }
 bool check(int x) { return x > 3; }
+double scaled(double x) { return x * 0.975; }
+bool shorter(const Box<int>& x, std::size_t n) {
+  return x.size() < n;
+}
 
 int compare(int a, int b) {
   if (a == b) return 1;

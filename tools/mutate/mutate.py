@@ -13,6 +13,13 @@ preprocessor lines finds the sites, and each operator rewrites one site:
   swap_args     f(a, b) -> f(b, a) for two simple arguments of the same kind
   negate_cond   if (c) -> if (!(c)), while (c) -> while (!(c))
   return_early  `return;` / `return {};` inserted before a statement of a function
+  const_shift   a constant changed by one: an integer n -> n + 1 and n - 1; a decimal
+                fraction's last written digit +1 (0.975 -> 0.976, 1e-3 -> 2e-3)
+  self_compare  a value compared with itself: a < b -> a < a (the right operand
+                replaced by the left one)
+
+Python files of the scope (python/ced/*.py) get the same operators through
+Python's own parser (tools/mutate/py_mutants.py).
 
 Sites are collected over the scope (a committed file: whole files, or named
 functions of a file), then a seeded sample of N mutants is drawn spread over
@@ -41,8 +48,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import py_mutants
+
 OPERATORS = ["cmp_flip", "off_by_one", "logic_swap", "assign_drop", "drop_term", "swap_args",
-             "negate_cond", "return_early"]
+             "negate_cond", "return_early", "const_shift", "self_compare"]
 
 # ---------------------------------------------------------------------------
 # Lexer
@@ -371,6 +380,58 @@ def expr_end(src, toks, partner, k, stop_at_additive=False):
     return j
 
 
+# What may stand before the left operand of a comparison that self_compare copies: nothing that
+# binds tighter than the comparison (`a + b < c` would copy `b` alone).
+LEFT_OPEN = {"(", "&&", "||", ",", "=", "?", ":", ";", "{", "}", "return", "!"}
+
+
+def left_operand(src, toks, partner, k):
+    """Index of the first token of the comparison's left operand at k (a name, a number, a member or
+    call chain such as `a.b->c(x)[i]`), or None when it is not one of those."""
+    j = k - 1
+    while j >= 0:
+        t = toks[j]
+        if t.text in (")", "]"):
+            j = partner[j]
+            if j > 0 and toks[j - 1].kind == "id" and toks[j - 1].text not in NOT_CALLS:
+                j -= 1
+            elif toks[j].text == "[" or (j > 0 and toks[j - 1].text not in LEFT_OPEN):
+                return None
+        elif t.kind not in ("id", "num") or t.text in NOT_CALLS:
+            return None
+        if j >= 2 and toks[j - 1].text in (".", "->", "::"):
+            j -= 2
+            continue
+        break
+    if j < 0 or (j > 0 and toks[j - 1].text not in LEFT_OPEN):
+        return None
+    return j
+
+
+INT_LITERAL = re.compile(r"^(0[xX][0-9a-fA-F']+|[0-9][0-9']*)([uUlLzZ]*)$")
+FLOAT_LITERAL = re.compile(r"^([0-9]*\.?[0-9]*)([eE][+-]?[0-9]+)?([fFlL]?)$")
+
+
+def shifted_constants(text):
+    """A numeric literal changed by one: an integer n -> n + 1 and n - 1 (not below 0), a decimal
+    fraction's last written mantissa digit + 1 (9 -> 8)."""
+    m = INT_LITERAL.match(text)
+    if m:
+        digits = m.group(1).replace("'", "")
+        v = int(digits, 16) if digits[:2] in ("0x", "0X") else int(digits, 8) if len(digits) > 1 and digits[0] == "0" \
+            else int(digits)
+        out = [v + 1] + ([v - 1] if v > 0 else [])
+        hexa = digits[:2] in ("0x", "0X")
+        return [(hex(x) if hexa else str(x)) + m.group(2) for x in out]
+    m = FLOAT_LITERAL.match(text)
+    if m and any(ch.isdigit() for ch in m.group(1)):
+        mant = m.group(1)
+        i = max(p for p, ch in enumerate(mant) if ch.isdigit())
+        d = "8" if mant[i] == "9" else str(int(mant[i]) + 1)
+        return [mant[:i] + d + mant[i + 1:] + (m.group(2) or "") + m.group(3)]
+    return []
+
+
 SIMPLE_ARG = re.compile(r"^-?(?:[A-Za-z_]\w*(?:(?:\.|->|::)[A-Za-z_]\w*)*|\d[\w.']*)$")
 
 
@@ -424,6 +485,17 @@ def collect(src, toks, partner, funcs, rel, wanted_funcs):
                 if e > k + 1:
                     last = toks[e - 1]
                     add("off_by_one", k, last.end, last.end, " - 1" if t.text in ("<", "<=") else " + 1")
+        if is_comparison(src, toks, k):
+            lo = left_operand(src, toks, partner, k)
+            e = expr_end(src, toks, partner, k + 1)
+            if lo is not None and e > k + 1:
+                left = src[toks[lo].start:toks[k - 1].end]
+                right = src[toks[k + 1].start:toks[e - 1].end]
+                if left != right:
+                    add("self_compare", k, toks[k + 1].start, toks[e - 1].end, left)
+        if t.kind == "num":
+            for new in shifted_constants(t.text):
+                add("const_shift", k, t.start, t.end, new)
         if t.kind == "punct" and t.text in ("&&", "||") and spaced(src, t):
             add("logic_swap", k, t.start, t.end, "||" if t.text == "&&" else "&&")
         if t.kind == "punct" and t.text in ("&=", "|="):
@@ -508,10 +580,13 @@ def finish(src, m, seen):
 
 def mutants_of_file(root, rel, wanted_funcs):
     src = (root / rel).read_text()
-    toks = lex(src)
-    partner = match_brackets(toks)
-    funcs = find_functions(toks, partner)
-    ms = collect(src, toks, partner, funcs, rel, wanted_funcs)
+    if rel.endswith(".py"):
+        ms = [Mutant(rel, x.op, x.line, x.start, x.end, x.new, x.func) for x in py_mutants.sites(src, wanted_funcs)]
+    else:
+        toks = lex(src)
+        partner = match_brackets(toks)
+        funcs = find_functions(toks, partner)
+        ms = collect(src, toks, partner, funcs, rel, wanted_funcs)
     ms.sort(key=lambda m: (m.start, m.end, m.op, m.new))
     seen = {}
     for m in ms:
@@ -520,7 +595,8 @@ def mutants_of_file(root, rel, wanted_funcs):
 
 
 def read_scope(root, scope_file):
-    """Lines `path` (a file, or a directory's *.cpp) or `path: f1, f2` (named functions only)."""
+    """Lines `path` (a file, or a directory's *.cpp and *.py, tests excluded) or `path: f1, f2` (named
+    functions only)."""
     entries = []
     for raw in Path(scope_file).read_text().splitlines():
         s = raw.split("#", 1)[0].strip()
@@ -531,7 +607,9 @@ def read_scope(root, scope_file):
         wanted = {x.strip() for x in funcs.split(",") if x.strip()} or None
         p = root / path
         if p.is_dir():
-            for f in sorted(p.glob("*.cpp")):
+            for f in sorted([*p.glob("*.cpp"), *p.glob("*.py")]):
+                if f.name.endswith("_test.cpp") or f.name.startswith("test_") or f.name == "conftest.py":
+                    continue  # the tests themselves are not the judge
                 entries.append((str(f.relative_to(root)), wanted))
         elif p.is_file():
             entries.append((path, wanted))
@@ -637,20 +715,32 @@ FAILED_RE = re.compile(r"^\s*\d+ - (\S+) \((Failed|Timeout|SEGFAULT|Subprocess a
                        re.M)
 
 
-def test_stages(args):
+PYTEST_FAILED_RE = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
+
+
+def test_stages(args, file=None):
+    """The stages that judge a mutant of `file` (None: every stage, the baseline), as (command, folder).
+    The Python package's own files (python/) are judged by its pytest suite; the C++ libraries by CTest,
+    then by pytest over the package rebuilt from them (the package links them); the `ced` commands
+    (tools/) by CTest alone, since the package does not contain them."""
     if args.test_cmd:
-        return [args.test_cmd]
-    stages = []
-    for s in args.stage:
-        stages.append(f"ctest {s} {args.ctest_args} --timeout {args.test_timeout}")
-    return stages
+        return [(args.test_cmd, args.build)]
+    ctest = [(f"ctest {s} {args.ctest_args} --timeout {args.test_timeout}", args.build) for s in args.stage]
+    python = [(args.python_cmd, args.src)] if args.python_cmd else []
+    if file is None:
+        return ctest + python
+    if file.startswith("python/"):
+        return python
+    if file.startswith("tools/"):
+        return ctest
+    return ctest + python
 
 
-def run_tests(args, build):
+def run_tests(args, file=None):
     """Run the stages in order; the first failing test kills the mutant."""
     total = 0.0
-    for cmd in test_stages(args):
-        rc, out, dt, hung = run_cmd(cmd, build, args.stage_timeout)
+    for cmd, cwd in test_stages(args, file):
+        rc, out, dt, hung = run_cmd(cmd, cwd, args.stage_timeout)
         total += dt
         if hung:
             return "timeout", f"stage `{cmd}` ran past {args.stage_timeout}s", total
@@ -659,7 +749,10 @@ def run_tests(args, build):
             if m:
                 status = "timeout" if "Timeout" in m.group(2) else "killed"
                 return status, m.group(1), total
-            if "No tests were found" in out:
+            m = PYTEST_FAILED_RE.search(out)
+            if m:
+                return "killed", m.group(1), total
+            if "No tests were found" in out or "no tests ran" in out:
                 raise SystemExit(f"mutate: `{cmd}` found no tests")
             return "killed", f"`{cmd}` exit {rc}", total
     return "survived", "", total
@@ -695,7 +788,7 @@ def cmd_run(args):
     if rc != 0:
         raise SystemExit(f"mutate: the unmutated tree does not build:\n{out[-3000:]}")
     if not args.no_baseline:
-        status, why, dt = run_tests(args, build)
+        status, why, dt = run_tests(args)
         if status != "survived":
             raise SystemExit(f"mutate: the unmutated tree fails its tests ({why})")
         print(f"mutate: baseline tests pass in {dt:.0f}s", flush=True)
@@ -715,7 +808,7 @@ def cmd_run(args):
                         err = err.replace(str(root) + os.sep, "")  # relative paths: the table is committed
                         row.update(status="stillborn", detail=err.strip()[:200], build_s=bdt, test_s=0.0)
                     else:
-                        status, why, tdt = run_tests(args, build)
+                        status, why, tdt = run_tests(args, m.file)
                         row.update(status=status, detail=why, build_s=bdt, test_s=tdt)
                 finally:
                     journal.restore(m, original)
@@ -830,59 +923,75 @@ def cmd_table(args):
 # ---------------------------------------------------------------------------
 
 def cmd_selftest(args):
-    fixture = Path(args.fixture).resolve()
+    failures, counts = [], []
+    for fixture in (args.fixture, args.py_fixture):
+        n_ms, n_ops, n_expected = selftest_fixture(Path(fixture).resolve(), args.compile, failures)
+        counts.append(f"{Path(fixture).name}: {n_ms} mutants over {n_ops} operators, {n_expected} expected")
+    for f in failures:
+        print("FAIL:", f)
+    print(f"selftest: {'; '.join(counts)}; {len(failures)} failures")
+    return 1 if failures else 0
+
+
+def selftest_fixture(fixture, compile_each, failures):
+    """The tool on one fixture (C++ or Python): its expected mutants, nothing mutated where a line says
+    NOT_MUTATED, every mutant a change that compiles (parses), restored to the same bytes."""
+    python = fixture.suffix == ".py"
+    marker = "EXPECT:" if python else "// EXPECT:"
     expected = [ln.split("EXPECT:", 1)[1].strip() for ln in fixture.read_text().splitlines()
-                if "// EXPECT:" in ln]
-    failures = []
+                if ln.lstrip().startswith(marker)]
     with tempfile.TemporaryDirectory() as d:
         root = Path(d)
-        rel = "fixture.cpp"
+        rel = fixture.name
         original = fixture.read_text()
         (root / rel).write_text(original)
         ms = mutants_of_file(root, rel, None)
         ops = {m.op for m in ms}
         for op in OPERATORS:
             if op not in ops:
-                failures.append(f"operator {op} produced no mutant on the fixture")
+                failures.append(f"{rel}: operator {op} produced no mutant")
         for m in ms:
             # return_early inserts before a statement: allowed anywhere a statement starts.
             if "NOT_MUTATED" in line_text(original, m.start) and m.op != "return_early":
-                failures.append(f"{m.op} mutated a comment, literal or preprocessor line: {m.before!r}")
+                failures.append(f"{rel}: {m.op} mutated a comment, literal or preprocessor line: {m.before!r}")
         for e in expected:
             op, _, after = e.partition(" ")
             if not any(m.op == op and m.after == after for m in ms):
-                failures.append(f"expected mutant missing: {op} -> {after!r}")
+                failures.append(f"{rel}: expected mutant missing: {op} -> {after!r}")
         ids = [m.id for m in ms]
         if len(set(ids)) != len(ids):
-            failures.append("mutant ids are not unique")
+            failures.append(f"{rel}: mutant ids are not unique")
         if [m.id for m in sample(ms, 10, 7)] != [m.id for m in sample(ms, 10, 7)]:
-            failures.append("sampling is not deterministic in the seed")
+            failures.append(f"{rel}: sampling is not deterministic in the seed")
         cxx = os.environ.get("CXX", "c++")
         journal = Journal(root, root)
         for m in ms:
             saved = journal.apply(m)
             try:
-                if (root / rel).read_text() == original:
-                    failures.append(f"{m.op} at line {m.line} changed nothing")
-                if args.compile:
+                mutated = (root / rel).read_text()
+                if mutated == original:
+                    failures.append(f"{rel}: {m.op} at line {m.line} changed nothing")
+                if python:
+                    try:
+                        compile(mutated, rel, "exec")
+                    except SyntaxError as e:
+                        failures.append(f"{rel}: {m.op} at line {m.line} does not parse: {m.after!r} ({e})")
+                elif compile_each:
                     p = subprocess.run([cxx, "-std=c++20", "-fsyntax-only", "-x", "c++", str(root / rel)],
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                     if p.returncode != 0 and m.op != "swap_args":
-                        failures.append(f"{m.op} at line {m.line} does not compile: {m.after!r}\n{p.stdout[:500]}")
+                        failures.append(f"{rel}: {m.op} at line {m.line} does not compile: {m.after!r}\n"
+                                        f"{p.stdout[:500]}")
             finally:
                 journal.restore(m, saved)
             if (root / rel).read_text() != original or journal.path.exists():
-                failures.append(f"restore after {m.op} at line {m.line} did not give the original back")
+                failures.append(f"{rel}: restore after {m.op} at line {m.line} did not give the original back")
         # An interrupted run is recovered from the journal.
         journal.apply(ms[0])
         Journal(root, root).recover()
         if (root / rel).read_text() != original:
-            failures.append("the journal did not restore an interrupted mutant")
-    for f in failures:
-        print("FAIL:", f)
-    print(f"selftest: {len(ms)} mutants over {len(ops)} operators, {len(expected)} expected, "
-          f"{len(failures)} failures")
-    return 1 if failures else 0
+            failures.append(f"{rel}: the journal did not restore an interrupted mutant")
+    return len(ms), len(ops), len(expected)
 
 
 def main(argv=None):
@@ -906,7 +1015,10 @@ def main(argv=None):
     p.add_argument("--stage", action="append",
                    help="ctest selection for one stage, run in order (default: smoke unit tests, then the "
                         "rest of the default tier, without the fuzzer corpora)")
-    p.add_argument("--test-cmd", default="", help="one shell command instead of the ctest stages (run in BUILD)")
+    p.add_argument("--test-cmd", default="", help="one shell command instead of every stage (run in BUILD)")
+    p.add_argument("--python-cmd", default=None,
+                   help="the Python stage, run in SRC (default: BUILD/venv's pip installs SRC/python, then pytest "
+                        "over python/tests and examples/torch_engine; '' drops it)")
     p.add_argument("--build-cmd", default="", help="instead of cmake --build BUILD BUILD_ARGS (run in SRC)")
     p.add_argument("--ctest-args", default="-j2 --stop-on-failure", help="arguments for every ctest stage")
     p.add_argument("--test-timeout", type=int, default=120, help="per-test timeout (s)")
@@ -925,6 +1037,7 @@ def main(argv=None):
     p.add_argument("--target", type=float, default=0.95)
     p = sub.add_parser("selftest", help="the tool on a fixture")
     p.add_argument("--fixture", default=str(here / "fixture.cpp"))
+    p.add_argument("--py-fixture", default=str(here / "fixture.py"))
     p.add_argument("--compile", action="store_true", help="also compile each mutant with -fsyntax-only")
     args = ap.parse_args(argv)
     if args.cmd == "run":
@@ -938,6 +1051,15 @@ def main(argv=None):
             args.stage = [f"-L smoke -LE long -E '^(fuzz|mutate)\\.'",
                           f"-LE 'long|smoke' -R '{judge}'",
                           f"-LE 'long|smoke' -E '{judge}|^(fuzz|mutate)\\.'"]
+        if args.python_cmd is None:
+            venv = Path(args.build).resolve() / "venv" / "bin"
+            tests = " ".join(d for d in ("python/tests", "examples/torch_engine") if (Path(args.src) / d).is_dir())
+            # The example engine's BLAS pinned as scripts/test-python.sh pins it.
+            args.python_cmd = (f"{venv}/pip install -q --disable-pip-version-check --no-build-isolation --no-deps "
+                               f"./python && OPENBLAS_CORETYPE=${{OPENBLAS_CORETYPE:-Haswell}} {venv}/python -m "
+                               f"pytest -x -q -p no:cacheprovider {tests}")
+        args.build = str(Path(args.build).resolve())
+        args.src = str(Path(args.src).resolve())
         if args.out is None:
             args.out = str(Path(args.build) / "mutation")
         if args.count <= 0:
