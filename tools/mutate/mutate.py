@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 
 import py_mutants
+import reach
 
 OPERATORS = ["cmp_flip", "off_by_one", "logic_swap", "assign_drop", "drop_term", "swap_args",
              "negate_cond", "return_early", "const_shift", "self_compare"]
@@ -718,6 +719,11 @@ FAILED_RE = re.compile(r"^\s*\d+ - (\S+) \((Failed|Timeout|SEGFAULT|Subprocess a
 PYTEST_FAILED_RE = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.M)
 
 
+# The libraries the Python package's module links (python/CMakeLists.txt); a mutant of any binary
+# these load reaches the package.
+PACKAGE_LIBRARIES = ["libced_golden.so", "libced_backends.so", "libced_io.so", "libced_compare.so", "libced_model.so"]
+
+
 def test_stages(args, file=None):
     """The stages that judge a mutant of `file` (None: every stage, the baseline), as (command, folder).
     The Python package's own files (python/) are judged by its pytest suite; the C++ libraries by CTest,
@@ -725,13 +731,27 @@ def test_stages(args, file=None):
     (tools/) by CTest alone, since the package does not contain them."""
     if args.test_cmd:
         return [(args.test_cmd, args.build)]
-    ctest = [(f"ctest {s} {args.ctest_args} --timeout {args.test_timeout}", args.build) for s in args.stage]
+    reach = getattr(args, "reach", None)
+    binaries = None
+    if reach is not None and file is not None and not file.endswith(".py"):
+        binaries = reach.binaries_of(file) or None  # None: not found in this build, so every test runs
+    ctest = []
+    for s, names in zip(args.stage, getattr(args, "stage_names", [None] * len(args.stage))):
+        if reach is None or names is None or binaries is None:
+            ctest.append((f"ctest {s} {args.ctest_args} --timeout {args.test_timeout}", args.build))
+            continue
+        seen = [reach.number[n] for n in names if reach.sees(n, binaries)]
+        if seen:  # CTest runs exactly the tests whose numbers follow 0,0,0 (no range)
+            ctest.append((f"ctest -I 0,0,0,{','.join(map(str, seen))} {args.ctest_args} "
+                          f"--timeout {args.test_timeout}", args.build))
     python = [(args.python_cmd, args.src)] if args.python_cmd else []
     if file is None:
         return ctest + python
     if file.startswith("python/"):
         return python
-    if file.startswith("tools/"):
+    if file.endswith(".py") or file.startswith("tools/"):
+        return ctest  # the package does not contain the `ced` commands or the scripts
+    if binaries is not None and reach is not None and not (binaries & reach.closure(PACKAGE_LIBRARIES)):
         return ctest
     return ctest + python
 
@@ -787,6 +807,11 @@ def cmd_run(args):
     rc, out, dt, _ = run_cmd(build_cmd, root, args.build_timeout)
     if rc != 0:
         raise SystemExit(f"mutate: the unmutated tree does not build:\n{out[-3000:]}")
+    if not args.test_cmd and not args.every_test:
+        # Which tests can see which mutant (tools/mutate/reach.py): a test that loads none of the
+        # mutated binaries gives the same verdict with and without the mutant, and is skipped.
+        args.reach = reach.Reach(build)
+        args.stage_names = [args.reach.stage_names(s) for s in args.stage]
     if not args.no_baseline:
         status, why, dt = run_tests(args)
         if status != "survived":
@@ -1029,6 +1054,8 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="where the kill table goes (default: BUILD/mutation)")
     p.add_argument("--target", type=float, default=0.95, help="exit 1 below this kill rate")
     p.add_argument("--no-baseline", action="store_true", help="skip the unmutated test run")
+    p.add_argument("--every-test", action="store_true",
+                   help="run every test of a stage for every mutant, also those that load no mutated binary")
     p = sub.add_parser("table", help="merge kill tables (later rows win) and apply the declared equivalents")
     p.add_argument("csv", nargs="+")
     p.add_argument("--equivalent", default=str(here / "equivalent.txt"))
