@@ -41,6 +41,15 @@ std::string real(double v) {
                                src.begin.line, what));
 }
 
+// Every key of `t` is one of `known`: a key this reader does not know (a
+// misspelling, another writer's or version's) is refused, not read past.
+void only_known_keys(const fs::path& path, const toml::table& t, std::initializer_list<std::string_view> known,
+                     const std::string& where) {
+  for (const auto& [key, node] : t)
+    if (std::find(known.begin(), known.end(), key.str()) == known.end())
+      bad(path, node.source(), fmt::format("unknown key '{}' in {}", key.str(), where));
+}
+
 double non_negative(const fs::path& path, const toml::table& t, const char* key) {
   const toml::node* n = t.get(key);
   if (!n || !n->is_number()) bad(path, t.source(), fmt::format("'{}' must be a number", key));
@@ -122,13 +131,13 @@ GoldenCalibration read_golden_calibration(const fs::path& dir) {
     bad(path, e.source(), std::string(e.description()));
   }
   GoldenCalibration cal;
-  for (const auto& [key, node] : root)
-    if (key.str() != "file") bad(path, node.source(), fmt::format("unknown key '{}'", key.str()));
+  only_known_keys(path, root, {"file"}, "the file (only [[file]] tables)");
   const toml::array* files = root["file"].as_array();
   if (!files) bad(path, root.source(), "no [[file]] tables");
   for (const toml::node& fn : *files) {
     const toml::table* ft = fn.as_table();
     if (!ft) bad(path, fn.source(), "'file' must be an array of tables");
+    only_known_keys(path, *ft, {"name", "bytes", "fnv1a64", "tensors"}, "a [[file]]");
     const auto name = (*ft)["name"].value_exact<std::string>();
     const auto hash = (*ft)["fnv1a64"].value_exact<std::string>();
     const auto bytes = (*ft)["bytes"].value_exact<int64_t>();
@@ -148,6 +157,7 @@ GoldenCalibration read_golden_calibration(const fs::path& dir) {
       const toml::table* tt = tn.as_table();
       const auto tname = tt ? (*tt)["name"].value_exact<std::string>() : std::nullopt;
       if (!tname) bad(path, tn.source(), "a tensor entry needs a name");
+      only_known_keys(path, *tt, {"name", "rel_l2", "max_abs"}, fmt::format("tensor '{}'", *tname));
       Calibration c;
       c.rel_l2 = non_negative(path, *tt, "rel_l2");
       c.max_abs = non_negative(path, *tt, "max_abs");

@@ -31,7 +31,9 @@ constexpr const char* kCalibrationFile = "calibration.toml";
 GoldenCalibration measure_golden_calibration(const std::filesystem::path& dir, bool verbose);
 // Written atomically to dir/calibration.toml.
 void write_golden_calibration(const std::filesystem::path& dir, const GoldenCalibration& cal);
-// InputError (naming `ced golden calibrate`) when missing or malformed.
+// InputError (naming `ced golden calibrate`) when missing or malformed: a key
+// missing, of the wrong type, or unknown at any level (the top, a [[file]], a
+// tensor entry), with its line.
 GoldenCalibration read_golden_calibration(const std::filesystem::path& dir);
 // The entry of one golden file; InputError when absent or measured on other bytes.
 const FileCalibration& calibration_of_file(const GoldenCalibration& cal, const std::filesystem::path& golden_file);

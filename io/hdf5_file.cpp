@@ -185,6 +185,9 @@ void check_tokens(const Config& c, const std::vector<int32_t>& tokens, uint64_t 
 
 void write_inputs(hid_t file, const RunFile& f) {
   check_tokens(f.config, f.tokens, f.token_seed, f.tokens_explicit);
+  // docs/spec.md §9.1: weights without a prompt (`ced export --format h5`
+  // without --tokens) have no /inputs/tokens; /weights records the weight seed.
+  if (f.tokens.empty() && !f.weights_dtype.empty()) return;
   h5::create_group(file, "/inputs");
   h5::write_dataset(file, kTokens, H5T_STD_I32LE, H5T_NATIVE_INT32, f.tokens.data(), {hsize_t(f.tokens.size())});
   h5::write_uint_attr(file, kTokens, "weight_seed", f.weight_seed);
@@ -238,8 +241,11 @@ RunFile read_header(hid_t file, const fs::path& path) {
   f.generator = root.generator;
   f.format_version = root.version;
   f.config = read_config(file, path.string());
-  read_inputs(file, f);
   f.weights_dtype = h5::exists(file, "/weights") ? h5::read_string_attr(file, "/weights", "dtype") : "";
+  if (!f.weights_dtype.empty() && !h5::exists(file, kTokens))  // weights without a prompt (write_inputs)
+    f.weight_seed = h5::read_uint_attr(file, "/weights", "weight_seed");
+  else
+    read_inputs(file, f);
   return f;
 }
 

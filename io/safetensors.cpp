@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <compare>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -115,7 +116,12 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& o
     const uint64_t data_size = bytes.size() - 8 - n;
     const char* data = bytes.data() + 8 + n;
     SafetensorsFile f;
-    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    struct Range {
+      uint64_t b, e;
+      std::string name;
+      auto operator<=>(const Range&) const = default;
+    };
+    std::vector<Range> ranges;
     for (const auto& [name, entry] : header.items()) {
       if (name == "__metadata__") {
         if (!entry.is_object()) fail(name, "is not a JSON object");
@@ -153,17 +159,28 @@ SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& o
         fail(name + "/data_offsets", fmt::format("[{}, {}] holds {} bytes, dtype {} and its shape need {}", b, e, e - b,
                                                  t.dtype, need));
       t.bytes.assign(reinterpret_cast<const uint8_t*>(data + b), reinterpret_cast<const uint8_t*>(data + e));
-      ranges.emplace_back(b, e);
+      ranges.push_back({b, e, name});
       f.tensors.push_back(std::move(t));
     }
-    // The byte ranges tile the data exactly: no overlap, no gap, nothing after.
+    // The byte ranges tile the data exactly (docs/spec.md §9.4): in order of
+    // their begin, each starts where the one before it ends, the first at 0,
+    // and the last ends at the end of the data. A refusal names the tensors.
     std::sort(ranges.begin(), ranges.end());
-    uint64_t at = 0;
-    for (const auto& [b, e] : ranges) {
-      if (b != at) fail("data_offsets", fmt::format("a tensor starts at byte {}, the previous one ends at {}", b, at));
-      at = e;
+    auto named = [](const Range& r) { return fmt::format("'{}' [{}, {}]", r.name, r.b, r.e); };
+    const Range* prev = nullptr;
+    for (const Range& r : ranges) {
+      const uint64_t at = prev ? prev->e : 0;
+      if (r.b < at) fail("data_offsets", fmt::format("{} overlaps {}", named(r), named(*prev)));
+      if (r.b > at)
+        fail("data_offsets", prev ? fmt::format("{} bytes between {} and {} belong to no tensor", r.b - at, named(*prev),
+                                                named(r))
+                                  : fmt::format("{} bytes before {}, the first tensor, belong to no tensor", r.b, named(r)));
+      prev = &r;
     }
-    if (at != data_size) fail("data", fmt::format("{} bytes follow the last tensor's data", data_size - at));
+    const uint64_t end = prev ? prev->e : 0;
+    if (end != data_size)
+      fail("data", fmt::format("{} bytes follow the last tensor's data ({})", data_size - end,
+                               prev ? named(*prev) + " ends at byte " + std::to_string(end) : "the header names no tensor"));
     std::sort(f.tensors.begin(), f.tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
     return f;
   } catch (const InputError& e) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +19,7 @@
 
 #include "model/config.hpp"
 #include "model/plan.hpp"
+#include "model/weights.hpp"
 #include "oracle/analytic.hpp"
 #include "checks/replay_sweep.hpp"
 #include "backends/registry.hpp"
@@ -296,6 +298,44 @@ TEST(BenchCommand, TheF32ReferenceIsJudgedUnderFixedBoundsNotItsOwnError) {
   EXPECT_NE(r.out.find("  PASS runs/full/logits (rule runs/*/logits: f32 reference, no independent calibration"),
             std::string::npos)
       << r.out;
+}
+
+// What the validation judges against is the f64 reference: the f32
+// reference's measured error there, printed and in the JSON, is its error
+// against reference-f64 computed here the plain way (nonzero: f32 is not
+// exact), not the zero of a comparison with itself.
+TEST(BenchCommand, TheF32ReferenceIsMeasuredAgainstTheF64Reference) {
+  const int64_t N = 12;
+  const fs::path j = scratch() / "bench-validation.json";
+  const Result r = run_ced(fmt::format("bench --config tiny --tokens {} --decode 0 --repeat 1 --json {}", N, j.string()));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const Config c = load_config("tiny");
+  RunRequest q;  // bench's validation run: full mode, the last position's logits, seeds 0
+  q.n_prompt = N;
+  q.logits = LogitsScope::Last;
+  q.tokens = make_tokens(0, c.vocab_size, N);
+  const RunResult r32 = make_backend("reference", c, 0)->run(q), r64 = make_backend("reference-f64", c, 0)->run(q);
+  ASSERT_EQ(r32.logits.size(), c.vocab_size);
+  double diff2 = 0, ref2 = 0, max_abs = 0;
+  for (Eigen::Index i = 0; i < r64.logits.size(); ++i) {
+    const double d = r32.logits.data()[i] - r64.logits.data()[i];
+    diff2 += d * d;
+    ref2 += r64.logits.data()[i] * r64.logits.data()[i];
+    max_abs = std::max(max_abs, std::abs(d));
+  }
+  const double rel_l2 = std::sqrt(diff2 / ref2);
+  ASSERT_GT(rel_l2, 0);
+  const std::string line = line_starting(r.out, "measured: rel_l2 ");
+  double got_rel = -1, got_max = -1;
+  ASSERT_EQ(std::sscanf(line.c_str(), " measured: rel_l2 %lf, max_abs %lf", &got_rel, &got_max), 2) << r.out;
+  // printed to 6 significant digits
+  EXPECT_NEAR(got_rel, rel_l2, rel_l2 * 1e-5) << line;
+  EXPECT_NEAR(got_max, max_abs, max_abs * 1e-5) << line;
+  const std::string s = slurp(j.string());
+  const std::string key = "\"validated_against\": \"reference-f64\", \"validation_rel_l2\": ";
+  const size_t at = s.find(key);
+  ASSERT_NE(at, std::string::npos) << s;
+  EXPECT_NEAR(std::strtod(s.c_str() + at + key.size(), nullptr), rel_l2, rel_l2 * 1e-12) << s;
 }
 
 TEST(BenchCommand, NoDecodeRowWithoutDecodeSteps) {

@@ -249,8 +249,27 @@ TEST_F(CacheIn, CacheWhosePromptDiffersOnlyInTheLastPrefixTokenIsRefused) {
   EXPECT_NE(r.err.find("at position 5 is"), std::string::npos) << r.err;
 }
 
-TEST_F(CacheIn, CacheOfAnotherPrefixLengthIsRefused) {
-  expect_refused(resume("--tokens 12 --prefix 5"), "holds a prefix of 6 tokens, --prefix is 5");
+// Both ways, and by --cache-in's own check, naming the file: the backend's
+// check of the cache (model/schedule.hpp check_cache) words its refusal
+// "cache: holds a prefix ...", so a --cache-in that let a prefix through would
+// still exit 2 there, with no file named.
+TEST_F(CacheIn, CacheOfALongerPrefixThanTheRunsIsRefusedNamingTheFile) {
+  expect_refused(resume("--tokens 12 --prefix 5"),
+                 "--cache-in: '" + cache().string() + "' holds a prefix of 6 tokens, --prefix is 5");
+}
+
+TEST_F(CacheIn, CacheOfAShorterPrefixThanTheRunsIsRefusedNamingTheFile) {
+  expect_refused(resume("--tokens 12 --prefix 7"),
+                 "--cache-in: '" + cache().string() + "' holds a prefix of 6 tokens, --prefix is 7");
+  // the run's whole prompt as its prefix, with the cache's 6 tokens at its start
+  expect_refused(resume("--tokens 12 --prefix 12"),
+                 "--cache-in: '" + cache().string() + "' holds a prefix of 6 tokens, --prefix is 12");
+}
+
+// A resume has no default prefix: without --prefix it is refused before the
+// cache is read (the prefix is never taken from the cache).
+TEST_F(CacheIn, ResumeFromACacheWithoutPrefixIsRefused) {
+  expect_refused(resume("--tokens 12"), "--prefix: P must satisfy 0 <= P <= N = 12 (got -1)");
 }
 
 TEST_F(CacheIn, CacheInOutsideResumeIsRefused) {

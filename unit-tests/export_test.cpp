@@ -5,6 +5,7 @@
 // arguments with exit 2 and leaves no file behind.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -151,6 +152,25 @@ TEST(SafetensorsExport, HeaderIsAlignedSortedJsonWithTheConfigAndContiguousOffse
   EXPECT_EQ(float(safetensors_values(*f.find("embed"))[0]), -0.714873552f);
 }
 
+// docs/spec.md §9.4: without --tokens there is no prompt, so no tokens tensor
+// (an empty one would read as a prompt of length 0) and no token seed; with
+// --tokens 1 the smallest prompt is there.
+TEST(SafetensorsExport, WithoutTokensTheFileHoldsNoTokensTensorAndNoTokenSeed) {
+  WeightsExport e = tiny_export("f32");
+  e.token_seed = 2;
+  const std::string bytes = safetensors_bytes(weights_safetensors(e));
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const auto header = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_FALSE(header.contains("tokens")) << header.dump();
+  EXPECT_FALSE(header.at("__metadata__").contains("token_seed")) << header.dump();
+  e.n_tokens = 1;
+  const SafetensorsFile one = weights_safetensors(e);
+  ASSERT_NE(one.find("tokens"), nullptr);
+  EXPECT_EQ(safetensors_values(*one.find("tokens")), std::vector<double>{40});  // docs/spec.md §2.4, token seed 2
+  EXPECT_EQ(one.metadata.at("token_seed"), "2");
+}
+
 // A damaged file is one line: "cannot read '<origin>': <object>: <why>".
 void expect_refused(const std::string& bytes, const std::string& word) {
   try {
@@ -186,12 +206,62 @@ TEST(SafetensorsReader, RefusesTruncatedCorruptAndInconsistentFilesWithOneLine) 
   expect_refused(with_header(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
                              "1234"),
-                 "starts at byte 0");
+                 "'b' [0, 4] overlaps 'a' [0, 4]");
   expect_refused(with_header(R"({"a":{"dtype":"Q4","shape":[1],"data_offsets":[0,4]}})", "1234"), "Q4");
   expect_refused(with_header(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "1234"), "shape");
   expect_refused(with_header(R"([1,2])", ""), "not a JSON object");
   expect_refused(with_header(R"({"__metadata__":{"k":1}})", ""), "__metadata__/k");
   EXPECT_NO_THROW(parse_safetensors(good, "good"));
+}
+
+// docs/spec.md §9.4: the byte ranges tile the data exactly. Each case below is
+// one range moved off an exact tiling; the tiling itself (written in another
+// order, with an empty tensor between) is read, so refusing every two-tensor
+// file cannot pass.
+std::string two_tensors(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1, const std::string& data) {
+  return with_header(fmt::format(R"({{"b":{{"dtype":"F32","shape":[1],"data_offsets":[{},{}]}},)"
+                                 R"("a":{{"dtype":"F32","shape":[1],"data_offsets":[{},{}]}}}})",
+                                 b0, b1, a0, a1),
+                     data);
+}
+
+TEST(SafetensorsReader, TensorsThatTileTheDataInAnyHeaderOrderAreRead) {
+  const SafetensorsFile f = parse_safetensors(two_tensors(4, 8, 0, 4, "BBBBAAAA"), "ok");
+  ASSERT_EQ(f.tensors.size(), 2u);
+  EXPECT_EQ(std::string(f.find("a")->bytes.begin(), f.find("a")->bytes.end()), "AAAA");
+  EXPECT_EQ(std::string(f.find("b")->bytes.begin(), f.find("b")->bytes.end()), "BBBB");
+  // an empty tensor takes no bytes: at the seam between two others it leaves no gap
+  EXPECT_NO_THROW(parse_safetensors(with_header(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                                                R"("e":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+                                                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                                                "AAAABBBB"),
+                                    "ok"));
+}
+
+TEST(SafetensorsReader, AGapBetweenTwoTensorsIsRefusedNamingBoth) {
+  expect_refused(two_tensors(0, 4, 8, 12, "AAAA....BBBB"),
+                 "data_offsets: 4 bytes between 'a' [0, 4] and 'b' [8, 12] belong to no tensor");
+}
+
+TEST(SafetensorsReader, AGapBeforeTheFirstTensorIsRefusedNamingIt) {
+  expect_refused(two_tensors(4, 8, 8, 12, "....AAAABBBB"),
+                 "data_offsets: 4 bytes before 'a' [4, 8], the first tensor, belong to no tensor");
+}
+
+TEST(SafetensorsReader, OverlappingTensorsAreRefusedNamingBoth) {
+  expect_refused(two_tensors(0, 4, 2, 6, "AABBBB"), "data_offsets: 'b' [2, 6] overlaps 'a' [0, 4]");
+  // an empty tensor inside another's bytes overlaps it too
+  expect_refused(with_header(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                             R"("e":{"dtype":"F32","shape":[0],"data_offsets":[2,2]}})",
+                             "AAAA"),
+                 "data_offsets: 'e' [2, 2] overlaps 'a' [0, 4]");
+}
+
+TEST(SafetensorsReader, BytesAfterTheLastTensorAreRefusedNamingIt) {
+  expect_refused(two_tensors(0, 4, 4, 8, "AAAABBBB...."),
+                 "data: 4 bytes follow the last tensor's data ('b' [4, 8] ends at byte 8)");
+  expect_refused(with_header(R"({"__metadata__":{}})", "...."),
+                 "data: 4 bytes follow the last tensor's data (the header names no tensor)");
 }
 
 TEST(SafetensorsReader, AMissingFileIsOneLine) {
@@ -217,6 +287,33 @@ TEST(H5Export, WeightsReadBackAsTheRunFileLayoutInEveryDtype) {
   }
 }
 
+// Whether the HDF5 file at `p` has an object at `path` (read without the
+// harness's reader, which would hide an empty dataset behind "no tokens").
+bool h5_has(const fs::path& p, const char* path) {
+  const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  EXPECT_GE(f, 0) << p;
+  const bool has = H5Lexists(f, "/inputs", H5P_DEFAULT) > 0 && H5Lexists(f, path, H5P_DEFAULT) > 0;
+  H5Fclose(f);
+  return has;
+}
+
+TEST(H5Export, WithoutTokensTheFileHoldsNoInputsTokensAndKeepsItsWeightSeed) {
+  WeightsExport e = tiny_export("f32", 3);
+  const fs::path p = scratch() / "no-tokens.h5";
+  write_weights_export(p, e, "h5");
+  EXPECT_FALSE(h5_has(p, "/inputs/tokens"));
+  const RunFile h = read_run_file(p);
+  EXPECT_TRUE(h.tokens.empty());
+  EXPECT_EQ(h.weight_seed, 3u);  // from /weights
+  EXPECT_EQ(h.weights_dtype, "f32");
+  const auto spec = weight_specs(e.config, make_plan(e.config)).front();
+  EXPECT_EQ(read_weight(p, spec.name).values[0], double(float(generate_tensor(spec, 3)[0])));
+  e.n_tokens = 1;
+  write_weights_export(p, e, "h5");
+  EXPECT_TRUE(h5_has(p, "/inputs/tokens"));
+  EXPECT_EQ(read_run_file(p).tokens, std::vector<int32_t>{64});  // docs/spec.md §2.4, token seed 0
+}
+
 // ---- the command ----------------------------------------------------------
 
 using test::Result;
@@ -232,6 +329,17 @@ TEST(ExportCommand, WritesTheSameBytesAsTheLibraryAndPrintsItsSeeds) {
   const SafetensorsFile f = read_safetensors(out);
   EXPECT_EQ(first_difference(f, e), "");
   EXPECT_EQ(f.metadata.at("dtype"), "bf16");
+}
+
+TEST(ExportCommand, WithoutTokensNeitherFormatHoldsATokensTensor) {
+  const fs::path st = scratch() / "cmd-no-tokens.safetensors", h5 = scratch() / "cmd-no-tokens.h5";
+  for (const auto& [format, out] : {std::pair{"safetensors", st}, {"h5", h5}}) {
+    const Result r = run_ced(fmt::format("export --config tiny --format {} --out {}", format, out.string()));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.find("tokens)"), std::string::npos) << r.out;  // "wrote F (N weight tensors)"
+  }
+  EXPECT_EQ(read_safetensors(st).find("tokens"), nullptr);
+  EXPECT_FALSE(h5_has(h5, "/inputs/tokens"));
 }
 
 TEST(ExportCommand, SetOverridesReachTheConfigMetadata) {

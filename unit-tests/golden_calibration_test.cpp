@@ -124,3 +124,45 @@ TEST(GoldenCalibration, GateRefusesAMissingMalformedOrStaleCalibration) {
   EXPECT_EQ(message(), "no InputError");  // and the copy then gates
   fs::remove_all(dir.parent_path());
 }
+
+// A calibration file is read key by key: a key the format does not have, at
+// the top, in a [[file]] or in a tensor entry, is refused with one line naming
+// it and its line, not read past (a file of another writer or version would
+// otherwise gate with what this reader took of it). The file without the
+// planted key reads.
+TEST(GoldenCalibration, AnUnknownKeyAtEveryLevelIsRefusedNamingItAndItsLine) {
+  const fs::path dir = scratch("unknown-keys");
+  const std::string good =
+      "[[file]]\n"
+      "name = \"x.h5\"\n"
+      "bytes = 12\n"
+      "fnv1a64 = \"0x00000000000000ff\"\n"
+      "tensors = [\n"
+      "  { name = \"runs/full/logits\", rel_l2 = 1e-7, max_abs = 2e-6 },\n"
+      "]\n";
+  write_text(dir / golden::kCalibrationFile, good);
+  const auto cal = golden::read_golden_calibration(dir);
+  ASSERT_EQ(cal.files.at("x.h5").tensors.at("runs/full/logits").max_abs, 2e-6);
+  auto refusal = [&](const std::string& text) {
+    write_text(dir / golden::kCalibrationFile, text);
+    try {
+      golden::read_golden_calibration(dir);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no InputError");
+  };
+  auto planted = [&](const std::string& text, const std::string& want) {
+    const std::string msg = refusal(text);
+    EXPECT_NE(msg.find((dir / golden::kCalibrationFile).string() + want), std::string::npos) << msg << "; want " << want;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  };
+  planted("generator = \"me\"\n" + good, ":1: unknown key 'generator' in the file");
+  std::string in_file = good;
+  in_file.insert(in_file.find("bytes"), "hash = \"0xff\"\n");
+  planted(in_file, ":3: unknown key 'hash' in a [[file]]");
+  std::string in_tensor = good;
+  in_tensor.insert(in_tensor.find(" }"), ", max_abs_err = 1.0");
+  planted(in_tensor, ":6: unknown key 'max_abs_err' in tensor 'runs/full/logits'");
+  fs::remove_all(dir.parent_path());
+}

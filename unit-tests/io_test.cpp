@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "io/hdf5_file.hpp"
@@ -465,6 +466,60 @@ TEST(Isolation, ChildThatBlocksItsAlarmIsKilledByTheParentsDeadline) {
   EXPECT_NE(msg.find("corrupt or unreadable HDF5 file (the reader ran past the limit of 0.5 s)"), std::string::npos)
       << msg;
   EXPECT_LT(secs, 20.0);  // the parent kills at the limit + 5 s; the rest is room for a loaded machine
+}
+
+// A limit below one second is a limit: the child's alarm is rounded up to
+// whole seconds (alarm's unit), never down to 0, which would set no alarm and
+// leave only the parent's backup deadline at the limit + 5 s.
+TEST(Isolation, ALimitBelowOneSecondStopsALoopingChildByItsAlarm) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string msg = input_error([] {
+    run_isolated("f.h5", {0.5, 1ull << 30}, []() -> std::string {
+      std::atomic<uint64_t> spins{0};
+      for (;;) spins.fetch_add(1, std::memory_order_relaxed);
+    });
+  });
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(msg.find("corrupt or unreadable HDF5 file (the reader ran past the limit of 0.5 s)"), std::string::npos)
+      << msg;
+  EXPECT_GE(secs, 0.5);  // not before its limit
+  // the 1 s alarm; the parent's deadline would take 5.5 s, and 1.5 s of room below it is for a loaded machine
+  EXPECT_LT(secs, 4.0);
+}
+
+// CED_READ_TIMEOUT_S set for the life of one object, then restored.
+struct ReadTimeoutSet {
+  std::optional<std::string> old;
+  explicit ReadTimeoutSet(const char* v) {
+    if (const char* o = std::getenv("CED_READ_TIMEOUT_S")) old = o;
+    if (v) ::setenv("CED_READ_TIMEOUT_S", v, 1);
+    else ::unsetenv("CED_READ_TIMEOUT_S");
+  }
+  ~ReadTimeoutSet() {
+    if (old) ::setenv("CED_READ_TIMEOUT_S", old->c_str(), 1);
+    else ::unsetenv("CED_READ_TIMEOUT_S");
+  }
+};
+
+// The override is a whole number of seconds or a fraction, in (0, 1e6], and
+// nothing after it; anything else is one line naming the variable and the
+// value. Unset or empty, it is the default: 20 s for a file of no bytes (an
+// empty value is unset, as for CED_GOLDEN_DIR and CED_GEMM_ISA).
+TEST(Isolation, ReadTimeoutOverrideIsAPositiveNumberOfSecondsWithNothingAfterIt) {
+  const fs::path none = fs::temp_directory_path() / "ced-io-test-no-such-file.h5";
+  for (const char* bad : {"5x", "1.5 s", "0", "-1", "nan", "inf", "1e7", "s", " "}) {
+    const ReadTimeoutSet set(bad);
+    EXPECT_EQ(input_error([&] { isolation_limits(none); }),
+              fmt::format("CED_READ_TIMEOUT_S: '{}' is not a number of seconds in (0, 1e6]", bad));
+  }
+  for (const auto& [good, secs] : {std::pair{"0.5", 0.5}, {"3", 3.0}, {"1e6", 1e6}, {"2.25", 2.25}}) {
+    const ReadTimeoutSet set(good);
+    EXPECT_EQ(isolation_limits(none).seconds, secs) << good;
+  }
+  for (const char* unset : {static_cast<const char*>(nullptr), ""}) {
+    const ReadTimeoutSet set(unset);
+    EXPECT_EQ(isolation_limits(none).seconds, 20.0) << (unset ? "empty" : "unset");
+  }
 }
 
 // A process may catch signals without SA_RESTART (the Python module's interpreter does): a signal that

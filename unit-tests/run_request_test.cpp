@@ -114,12 +114,9 @@ TEST(RunRequest, EachInconsistentRequestIsRefusedWithItsRule) {
   EXPECT_NE(input_error([&] { validate_request(c, tok); }), "");
 }
 
-// check_cache (model/schedule.hpp): a cache of the wrong shape is refused,
-// naming the layer, the matrix, its shape and the shape it must have.
-TEST(CacheCheck, WrongShapeIsNamedWithTheShapeItMustHave) {
-  const Config c = builtin_config("tiny");
-  const Plan p = make_plan(c);
-  const int64_t P = 6;
+namespace {
+// A cache of `c` after a prefix of P, zeros of the right shapes.
+ced::PersistedCache zero_cache(const Config& c, int64_t P) {
   ced::PersistedCache cache;
   cache.prefix_len = P;
   cache.dtype = "f64";
@@ -135,6 +132,17 @@ TEST(CacheCheck, WrongShapeIsNamedWithTheShapeItMustHave) {
     sc.pending_z = ced::MatD::Zero(np, c.head_dim);
     cache.sources.push_back(sc);
   }
+  return cache;
+}
+}  // namespace
+
+// check_cache (model/schedule.hpp): a cache of the wrong shape is refused,
+// naming the layer, the matrix, its shape and the shape it must have.
+TEST(CacheCheck, WrongShapeIsNamedWithTheShapeItMustHave) {
+  const Config c = builtin_config("tiny");
+  const Plan p = make_plan(c);
+  const int64_t P = 6;
+  ced::PersistedCache cache = zero_cache(c, P);
   EXPECT_NO_THROW(ced::check_cache(c, p, cache, P));
   // tiny: layer 1 has r = 2, so a prefix of 6 holds 3 entries of head_dim 16
   cache.sources[0].entries = ced::MatD::Zero(2, c.head_dim);
@@ -144,4 +152,16 @@ TEST(CacheCheck, WrongShapeIsNamedWithTheShapeItMustHave) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("layer 1 entries: [2, 16], expected [3, 16]"), std::string::npos) << e.what();
   }
+}
+
+// What a backend checks of a RunRequest's cache_in (the library's path, beside
+// `ced run --cache-in`'s own check): a cache of another prefix length, shorter
+// or longer, is refused as such, before its shapes are looked at.
+TEST(CacheCheck, PrefixOfAnotherLengthIsRefusedNamingBothLengths) {
+  const Config c = builtin_config("tiny");
+  const Plan p = make_plan(c);
+  const ced::PersistedCache cache = zero_cache(c, 6);
+  EXPECT_EQ(input_error([&] { ced::check_cache(c, p, cache, 6); }), "");
+  EXPECT_EQ(input_error([&] { ced::check_cache(c, p, cache, 7); }), "cache: holds a prefix of 6 tokens, --prefix is 7");
+  EXPECT_EQ(input_error([&] { ced::check_cache(c, p, cache, 5); }), "cache: holds a prefix of 6 tokens, --prefix is 5");
 }
