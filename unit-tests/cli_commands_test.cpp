@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -107,6 +108,22 @@ TEST(OracleCommand, DefaultsAreThreeLengthsAndPrefixFourW) {
   // the cone's rows read k, then the layer E + k, then B_k = 1 + (k+1)(W-1): tiny has E = 4, W = 4
   EXPECT_NE(r.out.find("     k  layer      B_k\n     0      4        4\n     1      5        7\n"), std::string::npos)
       << r.out;
+}
+
+// Hand values (tiny: E = 4, W = 4; docs/spec.md §6.2, §7.2): a prefix shorter than W is replayed
+// whole, min(P, W) = P positions at each encoder layer; the text and the JSON say so.
+TEST(OracleCommand, EncoderReplayOfAPrefixShorterThanWIsThePrefix) {
+  for (const auto& [P, span, work] : std::vector<std::array<int, 3>>{{3, 3, 12}, {1, 1, 4}, {0, 0, 0}}) {
+    const Result j = run_ced(fmt::format("oracle --config tiny --tokens 20 --prefix {} --json", P));
+    ASSERT_EQ(j.code, 0) << j.err;
+    EXPECT_NE(j.out.find(fmt::format("\"prefix_len\": {}, \"bounded_span\": {}, \"bounded_work\": {},", P, span, work)),
+              std::string::npos)
+        << j.out;
+  }
+  const Result t = run_ced("oracle --config tiny --tokens 20 --prefix 3");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_EQ(span_row(t.out, "bounded span min(P, W)"), std::vector<long long>{3}) << t.out;
+  EXPECT_EQ(span_row(t.out, "its work E·min(P, W) (position-layers)"), std::vector<long long>{12}) << t.out;
 }
 
 TEST(SpansCommand, OracleColumnIsThePlansSpans) {
