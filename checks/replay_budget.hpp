@@ -112,10 +112,13 @@ struct BudgetAggregate {
 };
 
 inline constexpr int64_t kBootstrapResamples = 2000;
-// Mean, median, worst and the percentile bootstrap 95 % interval of the
-// median (kBootstrapResamples resamples of the seed pairs, with replacement,
-// from std::mt19937_64 seeded with bootstrap_seed + the row's index:
-// deterministic everywhere).
+// Mean, median (of an even count, the mean of the two middle values), worst
+// and the percentile bootstrap 95 % interval of the median: kBootstrapResamples
+// resamples of the seed pairs (in canonical order), each of n picks
+// v[rng() % n] from one std::mt19937_64 seeded with bootstrap_seed + 2·index
+// (rel L2) or bootstrap_seed + 2·index + 1 (KL), index the row's; the ends
+// are the nearest-rank 2.5 % and 97.5 % points of the sorted medians.
+// Deterministic everywhere.
 std::vector<BudgetAggregate> aggregate_budget(const std::vector<BudgetSample>& samples, uint64_t bootstrap_seed);
 
 std::string budget_csv(const std::vector<BudgetAggregate>& rows);

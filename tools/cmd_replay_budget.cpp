@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -39,16 +40,25 @@ std::string join(const std::vector<T>& v) {
   return fmt::format("{}", fmt::join(v, ","));
 }
 
+// The whole numbers of attribute `name` of shard `file`, separated by `sep`:
+// InputError naming both for an empty list, an empty item ("64,,128",
+// "16,21,"), anything but decimal digits, or a number past T.
 template <class T>
-std::vector<T> split_numbers(const std::string& s, const std::string& what) {
+std::vector<T> split_numbers(const std::string& file, const std::string& name, const std::string& s, char sep = ',') {
+  const auto malformed = [&] {
+    return InputError(fmt::format("'{}': attribute '{}' is '{}', not a list of whole numbers separated by '{}'", file,
+                                  name, s, sep));
+  };
   std::vector<T> v;
-  size_t a = 0;
-  while (a <= s.size() && !s.empty()) {
-    const size_t b = std::min(s.find(',', a), s.size());
-    const std::string t = s.substr(a, b - a);
-    if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos)
-      throw InputError(fmt::format("attribute '{}': '{}' is not a list of whole numbers", what, s));
-    v.push_back(T(std::stoull(t)));
+  for (size_t a = 0; a <= s.size();) {  // "" is one empty item
+    const size_t b = std::min(s.find(sep, a), s.size());
+    const char *first = s.data() + a, *last = s.data() + b;
+    T x{};
+    // from_chars reads a '-' into a signed T: digits only. An empty item or a number past T is an error code.
+    if (std::find_if_not(first, last, [](char ch) { return ch >= '0' && ch <= '9'; }) != last ||
+        std::from_chars(first, last, x).ec != std::errc())
+      throw malformed();
+    v.push_back(x);
     a = b + 1;
   }
   return v;
@@ -270,42 +280,43 @@ Runner add_merge(CLI::App& app) {
             std::map<int64_t, std::string> seen;  // shard index -> file
             int64_t n_shards = -1;
             TableFile first;
+            std::string first_file;  // the file `first` was read from
             BudgetData d;
             for (const std::string& f : o->shards) {
               const TableFile t = read_shard(f, names);
-              const auto parts = split_numbers<int64_t>([&] {
-                std::string s = attr(t.attrs, "shard");
-                std::replace(s.begin(), s.end(), '/', ',');
-                return s;
-              }(), "shard");
+              const auto parts = split_numbers<int64_t>(f, "shard", attr(t.attrs, "shard"), '/');
               if (parts.size() != 2 || parts[1] < 1 || parts[0] >= parts[1])
                 throw InputError(fmt::format("'{}': attribute 'shard' is '{}', not i/n", f, attr(t.attrs, "shard")));
               if (seen.empty()) {
                 first = t;
+                first_file = f;
                 n_shards = parts[1];
               } else {
                 if (t.generator != first.generator)
                   throw InputError(fmt::format("'{}' was written by {}, '{}' by {}: not shards of one study", f,
-                                               t.generator, seen.begin()->second, first.generator));
-                if (to_toml(t.config) != to_toml(first.config))
-                  throw InputError(fmt::format("'{}' has another config than '{}': not shards of one study", f,
-                                               seen.begin()->second));
+                                               t.generator, first_file, first.generator));
+                // Every key, not the name: `--set` renames, a file edited by hand need not.
+                if (const std::string diff = first_config_difference(t.config, first.config, "'" + f + "'",
+                                                                     "'" + first_file + "'");
+                    !diff.empty())
+                  throw InputError(fmt::format("'{}' has another config than '{}' ({}): not shards of one study", f,
+                                               first_file, diff));
                 for (const std::string& a : kStudyAttrs)
                   if (attr(t.attrs, a) != attr(first.attrs, a))
                     throw InputError(fmt::format("'{}' has {} = '{}', '{}' has '{}': not shards of one study", f, a,
-                                                 attr(t.attrs, a), seen.begin()->second, attr(first.attrs, a)));
+                                                 attr(t.attrs, a), first_file, attr(first.attrs, a)));
                 if (parts[1] != n_shards)
                   throw InputError(fmt::format("'{}' is shard {} of {}, '{}' one of {}", f, parts[0], parts[1],
-                                               seen.begin()->second, n_shards));
+                                               first_file, n_shards));
               }
               if (!seen.emplace(parts[0], f).second)
                 throw InputError(fmt::format("shard {}/{} given twice: '{}' and '{}'", parts[0], n_shards,
                                              seen[parts[0]], f));
               // The shard must hold exactly its units of the study.
               BudgetOptions b;
-              b.lengths = split_numbers<int64_t>(attr(t.attrs, "lengths"), "lengths");
-              b.weight_seeds = split_numbers<uint64_t>(attr(t.attrs, "weight_seeds"), "weight_seeds");
-              b.token_seeds = split_numbers<uint64_t>(attr(t.attrs, "token_seeds"), "token_seeds");
+              b.lengths = split_numbers<int64_t>(f, "lengths", attr(t.attrs, "lengths"));
+              b.weight_seeds = split_numbers<uint64_t>(f, "weight_seeds", attr(t.attrs, "weight_seeds"));
+              b.token_seeds = split_numbers<uint64_t>(f, "token_seeds", attr(t.attrs, "token_seeds"));
               b.shard = parts[0];
               b.n_shards = parts[1];
               const auto samples = samples_from_columns(t.groups[0].second);
@@ -328,7 +339,11 @@ Runner add_merge(CLI::App& app) {
             sort_budget_data(d);
             std::vector<std::pair<std::string, std::string>> attrs;
             for (const std::string& a : kStudyAttrs) attrs.emplace_back(a, attr(first.attrs, a));
-            const uint64_t bootstrap_seed = split_numbers<uint64_t>(attr(first.attrs, "bootstrap_seed"), "bootstrap_seed")[0];
+            const auto seeds = split_numbers<uint64_t>(first_file, "bootstrap_seed", attr(first.attrs, "bootstrap_seed"));
+            if (seeds.size() != 1)
+              throw InputError(fmt::format("'{}': attribute 'bootstrap_seed' is '{}', not one whole number",
+                                           first_file, attr(first.attrs, "bootstrap_seed")));
+            const uint64_t bootstrap_seed = seeds[0];
             std::printf("ced merge: %lld shards of config %s, bootstrap seed %llu\n", (long long)n_shards,
                         first.config.name.c_str(), (unsigned long long)bootstrap_seed);
             write_outputs(o->out, first.config, attrs, d, bootstrap_seed);

@@ -2,8 +2,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <sstream>
-
 #include "io/hdf5_file.hpp"
 #include "io/untrusted.hpp"
 #include "model/error.hpp"
@@ -12,20 +10,6 @@
 
 namespace ced::tools {
 namespace {
-
-// The first line where two configs' TOML differ, as "KEY is A in X, B in Y"
-// ("" when they are equal); the config's name (a file path, --set) is no part
-// of what a cache belongs to.
-std::string first_config_difference(const Config& x, const Config& y, const char* x_name, const char* y_name) {
-  std::istringstream a(to_toml(x)), b(to_toml(y));
-  for (std::string la, lb; std::getline(a, la) && std::getline(b, lb);) {
-    if (la == lb) continue;
-    const auto eq = la.find(" = ");
-    return fmt::format("{} is {} in {}, {} in {}", la.substr(0, eq), la.substr(eq + 3), x_name,
-                       lb.substr(lb.find(" = ") + 3), y_name);
-  }
-  return "";
-}
 
 // --cache-in: the cache must belong to this run's config, weights and prompt
 // prefix (docs/spec.md §6: a persisted cache is the state of one model after one

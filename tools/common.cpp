@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <sstream>
 
 #include "io/atomic_write.hpp"
 #include "model/error.hpp"
@@ -83,6 +84,18 @@ Config ModelOptions::load() const {
 }
 
 void write_text_atomically(const std::string& path, const std::string& text) { write_bytes_atomically(path, text); }
+
+std::string first_config_difference(const Config& x, const Config& y, const std::string& x_name,
+                                    const std::string& y_name) {
+  std::istringstream a(to_toml(x)), b(to_toml(y));
+  for (std::string la, lb; std::getline(a, la) && std::getline(b, lb);) {
+    if (la == lb) continue;
+    const auto eq = la.find(" = ");
+    return fmt::format("{} is {} in {}, {} in {}", la.substr(0, eq), la.substr(eq + 3), x_name,
+                       lb.substr(lb.find(" = ") + 3), y_name);
+  }
+  return "";
+}
 
 double process_cpu_seconds() {
   rusage u{};

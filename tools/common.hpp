@@ -55,6 +55,12 @@ struct Stopwatch {
 // stretches wall time, much less this).
 double process_cpu_seconds();
 
+// The first key whose TOML line differs between two configs, as "KEY is A in
+// X, B in Y" ("" when they are equal). The config's name (a file path, a
+// --set suffix) is not compared: it names a config, the keys are the config.
+std::string first_config_difference(const Config& x, const Config& y, const std::string& x_name,
+                                    const std::string& y_name);
+
 // Writes `text` to `path` atomically (temporary file, then rename); InputError.
 void write_text_atomically(const std::string& path, const std::string& text);
 

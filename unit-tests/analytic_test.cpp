@@ -222,6 +222,26 @@ TEST(AnalyticFlops, TinyResumeCountsOnlyNewTokensInTheCompressor) {
   expect_counts(builtin_config("tiny"), resume_query(8, 6, "bounded"), e);
 }
 
+TEST(AnalyticFlops, TinyResumeOfAPrefixShorterThanTheWindowReplaysTheWholePrefix) {
+  // N = 8, P = 3 = W - 1 < W: s_r = max(0, P - W) = 0, so the encoder evaluates every position
+  // 0..7 as in the full mode (local 26; r = 2 visible 16, selected 15), decoder s = max(8-4, 0)
+  // = 4 as in ced (the rows of TinyCandidatePoolTruncatesScoringAtLaterIndexSources). Only the
+  // compressors differ: they consume tokens 3..7. Layer 1 (r = 2) completes blocks 1..3 (block j
+  // completes at token 2j + 1: tokens 3, 5, 7), layer 4 (r = 1) entries 3..7. Logits at 4..7.
+  const int64_t n = 8, nd = 4;
+  std::vector<Row> e = {
+      row(n * kQ, n * kLE, 0, 0, 0, 0, kA * 26, n * kO, n * kRT, n * kX),
+      row(n * kQ, n * kLE, 5 * kC2, 3 * kIK, n * kIQ, kSC * 16, kA * 41, n * kO, n * kRT, n * kX),
+      row(n * kQ, n * kLE, 0, 0, n * kIQ, kSC * 16, kA * 41, n * kO, n * kRT, n * kX),
+      row(n * kQ, n * kLE, 0, 0, 0, 0, kA * 41, n * kO, n * kRT, n * kX),
+      row(nd * kQ, nd * kLE, 5 * kC1, 5 * kIK, nd * kIQ, kSC * 26, kA * 22, nd * kO, nd * kRT, nd * kX),
+      row(nd * kQ, nd * kLE, 0, 0, 0, 0, kA * 22, nd * kO, nd * kRT, nd * kX),
+      row(nd * kQ, nd * kLE, 0, 0, nd * kIQ, kSC * 22, kA * 22, nd * kO, nd * kRT, nd * kX),
+      row(nd * kQ, nd * kLE, 0, 0, 0, 0, kA * 22, nd * kO, nd * kRT, nd * kX),
+      lm_row(4 * kLM)};
+  expect_counts(builtin_config("tiny"), resume_query(8, 3, "bounded"), e);
+}
+
 TEST(AnalyticFlops, TinyDecodeStepsExtendEveryLayerAndProduceTheirLogits) {
   // ced N = 5 bounded (s = 1), 2 decode steps (positions 5, 6), prefill
   // logits last only. Decoder at 1..6: local 1,2,3,4,4,4 = 18; visible 2..7 =
@@ -405,6 +425,28 @@ TEST(AnalyticTable, V41FlashSeedFiguresAreReproduced) {
                              "\"work_triangle\": 24150", "\"work_rectangle\": 50820", "\"work_bounded\": 2560",
                              "\"cache_copies\": 2.5", "\"ideal_ratio\": 0.75,"})
     EXPECT_NE(json.find(figure), std::string::npos) << figure << " missing from\n" << json;
+}
+
+TEST(AnalyticTable, EncoderReplayOfAPrefixShorterThanTheWindowIsThePrefix) {
+  // tiny: E = 4, W = 4. docs/spec.md §6.2: a resume from a prefix P starts the encoder at
+  // s_r = max(0, P - W), so the cached positions it evaluates again are s_r..P-1, P - s_r =
+  // min(P, W) of them, at each of the E encoder layers. For P < W that is the whole prefix:
+  //   P = 3 = W - 1: s_r = 0, span 3, work 12;  P = 1: span 1, work 4;
+  //   P = 0: nothing is cached, span 0, work 0;
+  // and from P = W on the window caps it: P = 4: span 4, work 16; P = 5: s_r = 1, span 4, work 16.
+  // The exact rebuild does not depend on P: E(W-1) = 12 positions for the local entries the
+  // next position reads, 1 + E(W-1) = 13 for an exact H_E at P - 1.
+  const Config c = builtin_config("tiny");
+  const std::vector<std::array<int64_t, 3>> cases = {{3, 3, 12}, {1, 1, 4}, {0, 0, 0}, {4, 4, 16}, {5, 4, 16}};
+  for (const auto& [P, span, work] : cases) {
+    const OracleTable t = oracle_table(c, {20}, P);
+    ASSERT_TRUE(t.spans) << "P = " << P;
+    EXPECT_EQ(t.spans->prefix_len, P);
+    EXPECT_EQ(t.spans->bounded_span, span) << "P = " << P;
+    EXPECT_EQ(t.spans->bounded_work, work) << "P = " << P;
+    EXPECT_EQ(t.spans->exact_local_span, 12) << "P = " << P;
+    EXPECT_EQ(t.spans->exact_hidden_span, 13) << "P = " << P;
+  }
 }
 
 TEST(AnalyticTable, ExactRatioApproachesTheIdealRatioAsNGrowsOnV41Shape) {

@@ -1,7 +1,8 @@
 // The commands beyond run, diff and gate, end to end through the `ced` binary (docs/spec.md §10): `ced oracle`
 // prints the library's table for the same arguments and keeps its documented defaults, `ced spans`
 // prints the plan's spans (capped by N and P) and finds them on the model, `ced bench` prints one
-// row per phase and the oracle's FLOP ratio, and each refuses bad arguments with exit 2 and one line.
+// row per phase and the oracle's FLOP ratio, `ced merge` refuses a shard whose config differs in a key
+// (named) or whose attributes are malformed, and each refuses bad arguments with exit 2 and one line.
 // Written for the mutation pass (docs/mutation.md): these lines were unguarded before.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -9,12 +10,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "model/config.hpp"
@@ -107,6 +110,22 @@ TEST(OracleCommand, DefaultsAreThreeLengthsAndPrefixFourW) {
   // the cone's rows read k, then the layer E + k, then B_k = 1 + (k+1)(W-1): tiny has E = 4, W = 4
   EXPECT_NE(r.out.find("     k  layer      B_k\n     0      4        4\n     1      5        7\n"), std::string::npos)
       << r.out;
+}
+
+// Hand values (tiny: E = 4, W = 4; docs/spec.md §6.2, §7.2): a prefix shorter than W is replayed
+// whole, min(P, W) = P positions at each encoder layer; the text and the JSON say so.
+TEST(OracleCommand, EncoderReplayOfAPrefixShorterThanWIsThePrefix) {
+  for (const auto& [P, span, work] : std::vector<std::array<int, 3>>{{3, 3, 12}, {1, 1, 4}, {0, 0, 0}}) {
+    const Result j = run_ced(fmt::format("oracle --config tiny --tokens 20 --prefix {} --json", P));
+    ASSERT_EQ(j.code, 0) << j.err;
+    EXPECT_NE(j.out.find(fmt::format("\"prefix_len\": {}, \"bounded_span\": {}, \"bounded_work\": {},", P, span, work)),
+              std::string::npos)
+        << j.out;
+  }
+  const Result t = run_ced("oracle --config tiny --tokens 20 --prefix 3");
+  ASSERT_EQ(t.code, 0) << t.err;
+  EXPECT_EQ(span_row(t.out, "bounded span min(P, W)"), std::vector<long long>{3}) << t.out;
+  EXPECT_EQ(span_row(t.out, "its work E·min(P, W) (position-layers)"), std::vector<long long>{12}) << t.out;
 }
 
 TEST(SpansCommand, OracleColumnIsThePlansSpans) {
@@ -419,4 +438,103 @@ TEST(RunCommand, ThroughputCountsPromptAndDecodeTokens) {
   // rounding stays under 5 %, and tokens/s * secs must give N + decode = 400, not N = 200.
   ASSERT_GT(secs, 0.02) << r.out;
   EXPECT_NEAR(tps * secs, 400, 400 * 0.05) << r.out;
+}
+
+namespace {
+
+// The root attributes of a `ced replay-budget --shard` file (docs/spec.md §9.3).
+const std::vector<std::string> kShardAttrs = {"backend",        "weight_seeds",        "token_seeds", "lengths",
+                                              "replays",        "decode",              "bootstrap_seed",
+                                              "bootstrap_resamples", "kind_legend",    "exact_replay",
+                                              "exact_decode_replay", "shard"};
+
+// Shards 0/2 and 1/2 of a small study of tiny (N = 6, 2 token seeds, no decode: well under a
+// second each), made once.
+const std::vector<fs::path>& two_shards() {
+  static const std::vector<fs::path> files = [] {
+    std::vector<fs::path> f;
+    for (int i : {0, 1}) {
+      const fs::path out = scratch() / fmt::format("shard-{}", i);
+      const Result r = run_ced(fmt::format(
+          "replay-budget --config tiny --tokens 6 --token-seeds 2 --decode 0 --shard {}/2 --out {}", i, out.string()));
+      EXPECT_EQ(r.code, 0) << r.out << r.err;
+      f.push_back(out.string() + ".h5");
+    }
+    return f;
+  }();
+  return files;
+}
+
+// A copy of `shard` named `name`, with `edit` applied to what it holds.
+fs::path edited_shard(const fs::path& shard, const std::string& name, const std::function<void(TableFile&)>& edit) {
+  TableFile t = read_table_file(shard, kShardAttrs, {"samples", "timings"});
+  edit(t);
+  const fs::path out = scratch() / name;
+  write_table_file(out, t);
+  return out;
+}
+
+void set_attr(TableFile& t, const std::string& name, const std::string& value) {
+  for (auto& [k, v] : t.attrs)
+    if (k == name) v = value;
+}
+
+void expect_refused(const Result& r, const std::vector<std::string>& words) {
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "want one line: " << r.err;
+  for (const std::string& w : words) EXPECT_NE(r.err.find(w), std::string::npos) << w << " not in: " << r.err;
+}
+
+}  // namespace
+
+TEST(MergeCommand, TheTwoShardsMerge) {
+  const auto& s = two_shards();
+  const Result r = run_ced(fmt::format("merge {} {} --out {}", s[1].string(), s[0].string(),
+                                       (scratch() / "merged").string()));
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  // An edited copy that changes nothing merges too: the refusals below are the edits'.
+  const fs::path same = edited_shard(s[1], "shard-1-same.h5", [](TableFile&) {});
+  EXPECT_EQ(run_ced(fmt::format("merge {} {} --out {}", s[0].string(), same.string(),
+                                (scratch() / "merged-same").string()))
+                .code,
+            0);
+}
+
+// docs/spec.md §10: a shard of another config is refused, and a config is its keys: a shard whose
+// config keeps the name "tiny" with another window (a file edited by hand, or written by another
+// build of the built-in) is not a shard of this study, and the message names the key.
+TEST(MergeCommand, AShardWithTheSameConfigNameAndAnotherKeyIsRefusedNamingTheKey) {
+  const auto& s = two_shards();
+  const fs::path other = edited_shard(s[1], "shard-1-window.h5", [](TableFile& t) { t.config.window = 8; });
+  ASSERT_EQ(read_table_file(other, kShardAttrs, {}).config.name, "tiny");
+  const Result r = run_ced(fmt::format("merge {} {} --out {}", s[0].string(), other.string(),
+                                       (scratch() / "merged-window").string()));
+  expect_refused(r, {"window is 8 in '" + other.string() + "', 4 in '" + s[0].string() + "'", "not shards of one study"});
+  EXPECT_FALSE(fs::exists(scratch() / "merged-window.csv"));
+}
+
+// An attribute holding a list of whole numbers (docs/spec.md §9.3) with an empty item, nothing at
+// all, a sign or a number past its type is malformed input: exit 2 and one line naming the
+// attribute, not an internal error. Both shards carry the edit, so the shards agree and the list
+// itself is what is read.
+TEST(MergeCommand, AMalformedNumberListInAShardIsAnInputErrorNamingTheAttribute) {
+  const auto& s = two_shards();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"lengths", "6,,6"},     {"lengths", "6,"},        {"lengths", ""},           {"lengths", "99999999999999999999"},
+      {"token_seeds", "-1,0"}, {"weight_seeds", "18446744073709551616"},         {"shard", "0/"},
+      {"bootstrap_seed", ""}};
+  int k = 0;
+  for (const auto& [name, value] : cases) {
+    SCOPED_TRACE(name + " = '" + value + "'");
+    std::vector<std::string> files;
+    for (int i : {0, 1}) {
+      const fs::path shard = s[size_t(i)];
+      files.push_back(edited_shard(shard, fmt::format("shard-{}-bad-{}.h5", i, k), [&](TableFile& t) {
+                        set_attr(t, name, name == "shard" ? (i == 0 ? value : "1/2") : value);
+                      }).string());
+    }
+    ++k;
+    const Result r = run_ced(fmt::format("merge {} {} --out {}", files[0], files[1], (scratch() / "merged-bad").string()));
+    expect_refused(r, {"attribute '" + name + "'"});
+  }
 }

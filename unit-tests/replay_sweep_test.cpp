@@ -1,5 +1,6 @@
 // The replay-error sweep (`ced replay-error`, docs/spec.md §4–§6): each row is recomputed here from runs of
-// the reference backend made directly, with the metrics the plain way (long double), so a slip in
+// the reference backend made directly, with the metrics the plain way (long double: rel L2, max abs,
+// bitwise equality, and of logits KL, top-1 and top-5), so a slip in
 // which positions, layers, steps or prefixes the sweep compares, or in its bookkeeping, fails; and
 // the CSV, the table and the SVG carry every row. Written for the mutation pass (docs/mutation.md).
 #include <fmt/format.h>
@@ -42,12 +43,52 @@ Plain plain(const double* t, const double* r, int64_t n) {
   return p;
 }
 
-void expect_row(const DriftRow& row, const double* t, const double* r, int64_t n, const std::string& what) {
+// The indices of the k largest of v, ties ranking the larger index first (docs/spec.md §8.2).
+std::vector<int64_t> plain_top(const double* v, int64_t n, int64_t k) {
+  std::vector<int64_t> idx;
+  for (int64_t i = 0; i < n; ++i) idx.push_back(i);
+  std::sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return v[a] != v[b] ? v[a] > v[b] : a > b; });
+  idx.resize(size_t(std::min(k, n)));
+  return idx;
+}
+
+// KL(softmax r || softmax t) clamped at 0, top-1 agreement and top-5 overlap / 5 of one finite
+// logits row (docs/spec.md §8.2), in long double with no shared helper.
+struct PlainLogits {
+  long double kl = 0;
+  double top1 = 0, top5 = 0;
+};
+PlainLogits plain_logits(const double* t, const double* r, int64_t n) {
+  long double mt = t[0], mr = r[0], zt = 0, zr = 0;
+  for (int64_t i = 0; i < n; ++i) mt = std::max<long double>(mt, t[i]), mr = std::max<long double>(mr, r[i]);
+  for (int64_t i = 0; i < n; ++i) zt += std::exp(t[i] - mt), zr += std::exp(r[i] - mr);
+  PlainLogits p;
+  for (int64_t i = 0; i < n; ++i) {
+    const long double log_pr = r[i] - mr - std::log(zr), log_pt = t[i] - mt - std::log(zt);
+    p.kl += std::exp(log_pr) * (log_pr - log_pt);
+  }
+  p.kl = std::max(p.kl, 0.0L);
+  const auto tt = plain_top(t, n, 5), tr = plain_top(r, n, 5);
+  p.top1 = tt[0] == tr[0] ? 1 : 0;
+  int64_t common = 0;
+  for (int64_t i : tt) common += std::count(tr.begin(), tr.end(), i);
+  p.top5 = double(common) / double(tt.size());
+  return p;
+}
+
+void expect_row(const DriftRow& row, const double* t, const double* r, int64_t n, const std::string& what,
+                bool logits) {
   const Plain p = plain(t, r, n);
   // 1e-12 relative: the sweep sums in double, this in long double; both over at most 97 terms.
   EXPECT_NEAR(row.rel_l2, p.rel_l2, 1e-12 * std::max(1.0, p.rel_l2)) << what;
   EXPECT_NEAR(row.max_abs, p.max_abs, 1e-12 * std::max(1.0, p.max_abs)) << what;
   EXPECT_EQ(row.exact, p.exact) << what;
+  if (!logits) return;
+  const PlainLogits l = plain_logits(t, r, n);
+  // The bounds of unit-tests/metrics_independent_test.cpp: double against long double over 97 terms.
+  EXPECT_NEAR(row.kl, double(l.kl), double(1e-13L + 1e-12L * l.kl)) << what;
+  EXPECT_EQ(row.top1, l.top1) << what;
+  EXPECT_DOUBLE_EQ(row.top5, l.top5) << what;
 }
 
 struct Sweep {
@@ -113,7 +154,7 @@ TEST(ReplaySweep, EveryRowMatchesRunsMadeDirectly) {
     ASSERT_LT(i + 3, s.rows.size());
     for (int64_t k = 0; k < 3; ++k, ++i)
       expect_row(s.rows[i], bounded.logits.row(k).data(), exact.logits.row(k).data(), V,
-                 "N = " + std::to_string(N) + " logits row " + std::to_string(k));
+                 "N = " + std::to_string(N) + " logits row " + std::to_string(k), true);
     for (int64_t l = s.p.E; l < s.p.L; ++l, ++i) {
       const auto& bl = bounded.layers[size_t(l)];
       // The last prompt position, N - 1 (the capture goes on with the decode steps).
@@ -123,7 +164,7 @@ TEST(ReplaySweep, EveryRowMatchesRunsMadeDirectly) {
       ASSERT_EQ(exact.layers[size_t(l)].positions[size_t(N - 1)], N - 1);
       ASSERT_LT(i, s.rows.size());
       expect_row(s.rows[i], bl.out.row(last_b).data(), exact.layers[size_t(l)].out.row(N - 1).data(), s.c.d_model,
-                 "N = " + std::to_string(N) + " layer " + std::to_string(l));
+                 "N = " + std::to_string(N) + " layer " + std::to_string(l), false);
     }
   }
   RunRequest base;
@@ -142,7 +183,7 @@ TEST(ReplaySweep, EveryRowMatchesRunsMadeDirectly) {
     for (int64_t k = 0; k < 3; ++k, ++i) {
       ASSERT_LT(i, s.rows.size());
       expect_row(s.rows[i], res.logits.row(k).data(), scratch.logits.row(k).data(), V,
-                 "resume P = " + std::to_string(P) + " logits row " + std::to_string(k));
+                 "resume P = " + std::to_string(P) + " logits row " + std::to_string(k), true);
     }
   }
   EXPECT_EQ(i, s.rows.size());
@@ -256,4 +297,24 @@ TEST(ReplaySweep, SvgAxisTitlesSitBelowTheirPanels) {
     const double y = number_after(svg.rfind("<text ", end), " y=\"");
     EXPECT_GT(y, bottom + 14) << title << ": the tick labels sit 14 px below the frame\n" << svg;
   }
+}
+
+// The table's decode columns, on rows made by hand: per N the largest decode-step rel L2 (not
+// the smallest, not another N's) and "DIFF" when any step's top-1 disagrees.
+TEST(ReplaySweep, TableDecodeColumnsAreTheWorstStepOfEachLength) {
+  std::vector<DriftRow> rows = {{.kind = "prefill", .n_prompt = 10, .replay = 4, .rel_l2 = 1e-3, .kl = 2e-6},
+                                {.kind = "decode", .n_prompt = 10, .replay = 4, .step = 0, .rel_l2 = 1e-5},
+                                {.kind = "decode", .n_prompt = 10, .replay = 4, .step = 1, .rel_l2 = 3e-5, .top1 = 0},
+                                {.kind = "decode", .n_prompt = 10, .replay = 4, .step = 2, .rel_l2 = 2e-5},
+                                {.kind = "prefill", .n_prompt = 100, .replay = 4, .rel_l2 = 4e-3, .top1 = 0},
+                                {.kind = "decode", .n_prompt = 100, .replay = 4, .step = 0, .rel_l2 = 5e-2}};
+  const std::string t = drift_table(rows);
+  EXPECT_NE(t.find(fmt::format("{:>8} {:>6} {:>12} {:>12} {:>8} {:>14} {:>14}\n", 10, 4, "1.000e-03", "2.000e-06",
+                               "same", "3.000e-05", "DIFF")),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find(fmt::format("{:>8} {:>6} {:>12} {:>12} {:>8} {:>14} {:>14}\n", 100, 4, "4.000e-03", "0.000e+00",
+                               "DIFF", "5.000e-02", "same")),
+            std::string::npos)
+      << t;
 }
