@@ -283,14 +283,20 @@ std::string check_decode_equals_prefill(const Model& m, int64_t N, int64_t K) {
   return "";
 }
 
-std::string check_thread_invariance(const Model& m, int64_t N) {
+std::string check_thread_invariance(const Model& m, int64_t N, int max_threads) {
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
   const RunResult one = m.ced(N, "bounded", 2, true);
-  omp_set_num_threads(2);
-  const RunResult two = m.ced(N, "bounded", 2, true);
+  for (int t = 2; t <= max_threads; ++t) {
+    omp_set_num_threads(t);
+    const RunResult many = m.ced(N, "bounded", 2, true);
+    if (auto e = compare_runs_bitwise(one, many, fmt::format("1 thread vs {} threads", t).c_str()); !e.empty()) {
+      omp_set_num_threads(saved);
+      return e;
+    }
+  }
   omp_set_num_threads(saved);
-  return compare_runs_bitwise(one, two, "1 thread vs 2 threads");
+  return "";
 }
 
 std::string check_batch_invariance(const Model& m, int64_t N, int64_t extra) {

@@ -28,10 +28,10 @@ std::string check_flops(const Model& m, int64_t N);
 std::string check_flops_of(const Model& m, const RunRequest& r);
 std::string check_decode_equals_prefill(const Model& m, int64_t N, int64_t K);
 // docs/spec.md §3 invariants: a ced run (bounded replay, 2 decode steps, captured) on 1
-// and on 2 OpenMP threads gives the same bits; positions 0..N-1 of a full run
+// and on 2 .. max_threads OpenMP threads gives the same bits; positions 0..N-1 of a full run
 // of N and of N + extra (on 2 threads) give the same bits. They guard the
 // parallel regions only on a model wide enough to open them (wide_config).
-std::string check_thread_invariance(const Model& m, int64_t N);
+std::string check_thread_invariance(const Model& m, int64_t N, int max_threads = 2);
 std::string check_batch_invariance(const Model& m, int64_t N, int64_t extra);
 // `base` widened (d_model 256, moe_dim 128) so that at N >= 33 positions the
 // FFN's matmuls run in matmul_rows' OpenMP parallel region.

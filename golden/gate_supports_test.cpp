@@ -69,6 +69,35 @@ TEST(GateSupports, CudaModelListsEveryFaultedRunAsNotSupported) {
   EXPECT_NE(rep.not_supported[0].why.find("fault injection"), std::string::npos) << rep.not_supported[0].why;
 }
 
+// `ced gate`'s verdict: a gate that judged nothing (every run not supported)
+// does not pass, however clean its zero failures look; one with a passing run
+// and the rest not supported passes; a failure fails.
+TEST(GateSupports, AGateThatJudgedNoRunDoesNotPassAndSaysSo) {
+  const BackendEntry cuda{"cuda-host", "f32", "policy-calibrated.toml", true, 0, "test only",
+                          [](const Config& c, uint64_t s) { return make_cuda_host_backend(c, s); }, {}, ""};
+  auto g = tiny_gate(cuda);
+  g.fault = Fault::WindowOffByOne;
+  g.only = "tiny.h5:full";
+  const auto none = golden::run_gate(g);
+  ASSERT_EQ(none.runs, 1);
+  ASSERT_EQ(none.not_supported.size(), 1u);
+  try {
+    golden::gate_exit_code(none, "cuda-host");
+    FAIL() << "a gate that judged no run passed";
+  } catch (const NotSupported& e) {
+    EXPECT_NE(std::string(e.what()).find("no run was judged: backend cuda-host supports none of the 1 selected runs"),
+              std::string::npos)
+        << e.what();
+  }
+  const BackendEntry no_resume{"reference-f64-no-resume", "f64", "policy.toml", false, 8, "test only",
+                               [](const Config& c, uint64_t s) { return std::make_unique<NoResume>(c, s); }, {}, ""};
+  golden::GateReport some = golden::run_gate(tiny_gate(no_resume));
+  ASSERT_EQ(some.not_supported.size(), 1u);
+  EXPECT_EQ(golden::gate_exit_code(some, no_resume.name), 0);
+  some.failures.push_back({"tiny.h5", "full", "planted", ""});
+  EXPECT_EQ(golden::gate_exit_code(some, no_resume.name), 1);
+}
+
 TEST(GateSupports, CudaModelRefusesFaultsAndTheProbeBeforeRunningAndRunThrowsTheSameReason) {
   const Config c = builtin_config("tiny");
   auto be = make_cuda_host_backend(c, 1);

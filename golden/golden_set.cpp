@@ -183,8 +183,21 @@ GateReport run_gate(const GateOptions& o) {
       }
     }
   }
+  // Nothing selected is nothing judged, never a pass.
+  if (rep.runs == 0 && o.only.empty())
+    throw InputError(fmt::format("--golden: the .h5 files in '{}' hold no run: no run was judged", o.dir.string()));
   if (rep.runs == 0) throw InputError(fmt::format("--only: '{}' matches no golden run", o.only));
   return rep;
+}
+
+int gate_exit_code(const GateReport& rep, const std::string& backend) {
+  if (!rep.failures.empty()) return 1;
+  if (rep.passed == 0) {
+    const std::string why = rep.not_supported.empty() ? "none selected" : rep.not_supported.front().why;
+    throw NotSupported(fmt::format("no run was judged: backend {} supports none of the {} selected runs ({})",
+                                   backend, rep.runs, why));
+  }
+  return 0;
 }
 
 }  // namespace ced::golden

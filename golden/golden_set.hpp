@@ -76,4 +76,9 @@ struct GateReport {
 };
 GateReport run_gate(const GateOptions& o);
 
+// The verdict of `ced gate` (docs/spec.md §10): 1 when a run failed, 0 when
+// none did and at least one passed; NotSupported (exit 2) when no run was
+// judged, every selected run being one the backend cannot do.
+int gate_exit_code(const GateReport& rep, const std::string& backend);
+
 }  // namespace ced::golden

@@ -6,6 +6,7 @@
 #include "checks/ced_checks.hpp"
 #include "property-tests/generators.hpp"
 #include "checks/harness.hpp"
+#include "reference/ops.hpp"
 
 using namespace ced;
 using namespace ced::prop;
@@ -70,6 +71,18 @@ TEST(ReferenceProperties, PositionResultsAreBatchInvariantWhereMatmulsRunInParal
     const Model m(wide_config(builtin_config(name)), false);
     EXPECT_EQ(check_batch_invariance(m, kWideN, 8), "") << name;
   }
+}
+
+// The norms, rotations and residual sums open their OpenMP regions from
+// kParallelElements elements on, which 40 positions of the wide configs (40 x
+// 256) stay below: at N = kParallelElements / d_model the encoder's norms over
+// the whole prompt run in rmsnorm_rows' region, on 1, 2 and 3 threads.
+TEST(ReferenceProperties, OneTwoAndThreeThreadsGiveTheSameBitsWhereNormsRunInParallel) {
+  const Config c = wide_config(builtin_config("tiny"));
+  const int64_t N = ref::kParallelElements / c.d_model;
+  ASSERT_GE(N * c.d_model, ref::kParallelElements) << "the norms' parallel region must open";
+  const Model m(c, false);
+  EXPECT_EQ(check_thread_invariance(m, N, 3), "");
 }
 
 // Negative controls: a reduction whose order depends on the thread, planted in

@@ -72,7 +72,7 @@ namespace {
 
 // The definition of the order (docs/spec.md §3.9), one element after another.
 template <class T, Plant P>
-void naive(const Operands<T>& o, bool parallel) {
+void naive(const Operands<T>& o, bool parallel, int64_t /*packed_bytes: no blocks*/) {
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t i = 0; i < o.n; ++i)
     for (int64_t j = 0; j < o.m; ++j) {
@@ -88,7 +88,7 @@ void naive(const Operands<T>& o, bool parallel) {
 }
 
 template <class T>
-using Fn = void (*)(const Operands<T>&, bool);
+using Fn = void (*)(const Operands<T>&, bool, int64_t);
 
 template <class T, Plant P>
 Fn<T> pick(Isa isa) {
@@ -169,7 +169,7 @@ Isa active_isa() {
 }
 
 template <class T>
-void gemm_with(Isa isa, Plant plant, const Operands<T>& o, bool parallel) {
+void gemm_with(Isa isa, Plant plant, const Operands<T>& o, bool parallel, int64_t packed_bytes) {
   if (o.n <= 0 || o.m <= 0) return;
   if (o.k <= 0) {
     if (!o.accumulate)
@@ -179,12 +179,12 @@ void gemm_with(Isa isa, Plant plant, const Operands<T>& o, bool parallel) {
   Fn<T> f = plant == Plant::Fused ? pick<T, Plant::Fused>(isa)
             : plant == Plant::PanelsDescending ? pick<T, Plant::PanelsDescending>(isa)
                                                : pick<T, Plant::None>(isa);
-  f(o, parallel);
+  f(o, parallel, packed_bytes);
 }
 
 template <class T>
 void gemm(const Operands<T>& o, bool parallel) {
-  gemm_with(active_isa(), Plant::None, o, parallel);
+  gemm_with(active_isa(), Plant::None, o, parallel, kPackedBytes);
 }
 
 template <class T>
@@ -202,8 +202,8 @@ void transpose_rows(const T* const* rows, int64_t count, int64_t dim, T* columns
 
 template void transpose_rows<float>(const float* const*, int64_t, int64_t, float*, int64_t);
 template void transpose_rows<double>(const double* const*, int64_t, int64_t, double*, int64_t);
-template void gemm_with<float>(Isa, Plant, const Operands<float>&, bool);
-template void gemm_with<double>(Isa, Plant, const Operands<double>&, bool);
+template void gemm_with<float>(Isa, Plant, const Operands<float>&, bool, int64_t);
+template void gemm_with<double>(Isa, Plant, const Operands<double>&, bool, int64_t);
 template void gemm<float>(const Operands<float>&, bool);
 template void gemm<double>(const Operands<double>&, bool);
 

@@ -33,6 +33,20 @@ Isa active_isa();
 // not run it); nullopt returns to the default.
 void force_isa(std::optional<Isa> isa);
 
+// The panel depth: k-panel boundaries at multiples of it (tests cross them).
+constexpr int64_t kPanelDepth = 256;
+
+// The blocking of every ISA path (tests cross its edges too). MC: rows per
+// task, a packed X block staying in L2; a product of more rows than one block
+// packs W, one of fewer reads W in place.
+constexpr int64_t kRowBlock = 64;
+// Columns per task, rounded up to the strip width NR (4 to 16 lanes, each
+// dividing it).
+constexpr int64_t kColumnChunk = 256;
+// The most a packed block of W takes: W is packed one column block at a time,
+// as many column chunks as fit this at depth k, at least one chunk.
+constexpr int64_t kPackedBytes = 16 << 20;
+
 // Planted differences for the test that shows the bit comparison failing;
 // never used outside tests.
 enum class Plant { None, Fused, PanelsDescending };
@@ -63,9 +77,11 @@ Operands<T> dense(const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y)
 }
 
 // The blocked product with the given ISA and plant (tests); gemm() uses
-// active_isa() and no plant.
+// active_isa(), no plant and kPackedBytes. packed_bytes: the most a packed
+// block of W takes (tests shrink it to have several column blocks in a product
+// of a few thousand multiply-adds).
 template <class T>
-void gemm_with(Isa isa, Plant plant, const Operands<T>& o, bool parallel);
+void gemm_with(Isa isa, Plant plant, const Operands<T>& o, bool parallel, int64_t packed_bytes = kPackedBytes);
 
 template <class T>
 void gemm(const Operands<T>& o, bool parallel);
@@ -81,8 +97,5 @@ void gemm(const T* X, int64_t n, int64_t k, const T* W, int64_t m, T* Y, bool pa
 // active ISA's registers.
 template <class T>
 void transpose_rows(const T* const* rows, int64_t count, int64_t dim, T* columns, int64_t ld);
-
-// The panel depth: k-panel boundaries at multiples of it (tests cross them).
-constexpr int64_t kPanelDepth = 256;
 
 }  // namespace ced::ref::gemm

@@ -140,12 +140,7 @@ Runner add_gate(CLI::App& app) {
                 std::printf("  %s:%s: %s\n    reproduce: %s\n", f.file.c_str(), f.run.c_str(), f.what.c_str(),
                             f.reproduce.c_str());
             }
-            if (!rep.failures.empty()) return 1;
-            // Nothing judged: every selected run is one the backend cannot do.
-            if (rep.passed == 0)
-              throw NotSupported(fmt::format("backend {} supports none of the {} selected runs ({})", o->backend,
-                                             rep.runs, rep.not_supported.front().why));
-            return 0;
+            return golden::gate_exit_code(rep, o->backend);
           }};
 }
 

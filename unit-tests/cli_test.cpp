@@ -192,6 +192,33 @@ TEST(Gate, OneElementChangedBy1e9RelativeFailsNamingTheTensor) {
       << rep.failures[0].what;
 }
 
+// A golden directory's own policy file judges its runs (the default policy is
+// the backend's file in --golden DIR, not in the repository's golden/): a
+// 1e-9 relative change fails the shipped rtol of 1e-11 and passes a copy whose
+// policy.toml allows 1e-6.
+TEST(Gate, TheGoldenDirectorysOwnPolicyFileJudgesItsRuns) {
+  const fs::path dir = scratch() / "golden-copy-loose";
+  fs::create_directories(dir);
+  fs::copy_file(golden::default_golden_dir() / "tiny.h5", dir / "tiny.h5", fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "policy.toml") << "[[rule]]\npattern = \"runs/*/layers/*/topk\"\nreason = \"this test\"\n"
+                                        "min_jaccard = 1\n\n[[rule]]\npattern = \"**\"\n"
+                                        "reason = \"this test: 1e-6 relative passes a 1e-9 change\"\nrtol = 1e-6\n";
+  const RunFile f = read_run_file(dir / "tiny.h5");
+  const MatD& L = f.find_run("full")->result.logits;
+  Eigen::Index row = 0, col = 0;
+  L.cwiseAbs().maxCoeff(&row, &col);
+  perturb(dir / "tiny.h5", "/runs/full/logits", row, col, 1e-9);
+  golden::GateOptions g;
+  g.dir = dir;
+  g.only = "tiny.h5:full";
+  g.quiet = true;
+  const auto loose = golden::run_gate(g);
+  EXPECT_TRUE(loose.failures.empty()) << loose.failures[0].what;
+  EXPECT_EQ(loose.passed, 1);
+  g.policy = (golden::default_golden_dir() / "policy.toml").string();
+  EXPECT_EQ(golden::run_gate(g).failures.size(), 1u) << "the shipped policy must fail the change";
+}
+
 // The failure line gives the largest absolute error with its place and both values, also when that
 // place is the tensor's first element (flat index 0).
 TEST(Gate, MaxAbsErrorInTheFirstElementIsNamedWithItsPlaceAndValues) {

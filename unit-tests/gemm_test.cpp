@@ -142,6 +142,53 @@ TYPED_TEST(GemmPaths, StridedOperandsAndAContinuedSumGiveTheSequentialSumsBits) 
         }
 }
 
+// W is packed one column block at a time, as many column chunks as fit
+// kPackedBytes at depth k, and none of the shapes above has a second block
+// (at one chunk a block that takes some 16k rows of W). With the budget shrunk
+// to one chunk of k rows a block is one chunk (kColumnChunk columns, every
+// strip width dividing it), and m = 2 chunks + 13 columns makes three blocks,
+// the last ragged (13 columns: no whole strip on any ISA). kRowBlock + 1 rows
+// pack W, 9 rows read it in place; k crosses a panel boundary; dense, and
+// strided with a continued sum (the padding a sentinel that must survive);
+// serial (row blocks x chunks) and on 3 threads (each thread packing strips
+// of its own). The naive path has no blocks. (Blocks of two chunks, a chunk
+// past the first in a block, are the shape {65, 67, 257} above.)
+TYPED_TEST(GemmPaths, SeveralColumnBlocksWithARaggedLastOneGiveTheSequentialSumsBits) {
+  using T = TypeParam;
+  const int64_t k = P + 5, m = 2 * kColumnChunk + 13, budget = kColumnChunk * k * int64_t(sizeof(T));
+  omp_set_num_threads(3);
+  for (const bool strided : {false, true}) {
+    const int64_t ldx = k + (strided ? 3 : 0), ldw = m + (strided ? 5 : 0), ldy = m + (strided ? 2 : 0);
+    const auto W = values<T>(k * ldw, uint64_t(17 + strided));
+    for (const int64_t n : {kRowBlock + 1, int64_t(9)}) {
+      const uint64_t seed = uint64_t(n * 31 + strided);
+      const auto X = values<T>(n * ldx, seed);
+      std::vector<T> Y0 = values<T>(n * ldy, seed + 2);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = m; j < ldy; ++j) Y0[size_t(i * ldy + j)] = T(-7.25);
+      // The definition: Y0 (continued) or 0, then the k products in order.
+      std::vector<T> want = Y0;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < m; ++j) {
+          T acc = strided ? Y0[size_t(i * ldy + j)] : T(0);
+          for (int64_t kk = 0; kk < k; ++kk) acc += X[size_t(i * ldx + kk)] * W[size_t(kk * ldw + j)];
+          want[size_t(i * ldy + j)] = acc;
+        }
+      for (Isa isa : supported_isas()) {
+        if (isa == Isa::Naive) continue;
+        for (const bool parallel : {false, true}) {
+          std::vector<T> Y = Y0;
+          gemm_with(isa, Plant::None, Operands<T>{X.data(), ldx, W.data(), ldw, Y.data(), ldy, n, k, m, strided},
+                    parallel, budget);
+          EXPECT_EQ(bit_differences(Y, want), 0) << isa_name(isa) << " n=" << n << " k=" << k << " m=" << m
+                                                 << (strided ? " strided, accumulating" : " dense")
+                                                 << " parallel=" << parallel << " seed=" << seed;
+        }
+      }
+    }
+  }
+}
+
 TYPED_TEST(GemmPaths, TransposeRowsMovesEveryValueToItsColumnOnEveryIsa) {
   // Counts and widths around the register blocks (4 and 8) and their edges.
   for (Isa isa : supported_isas()) {

@@ -3,6 +3,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "reference/ops.hpp"
@@ -16,6 +17,66 @@ TEST(RmsNorm, MatchesHandComputation) {
   rmsnorm(v, w, 2, 0.0, out);  // mean(v²) = 12.5
   EXPECT_DOUBLE_EQ(out[0], 3.0 / std::sqrt(12.5));
   EXPECT_DOUBLE_EQ(out[1], 2.0 * 4.0 / std::sqrt(12.5));
+}
+
+// docs/spec.md §3 written out: per row, the sum of squares i ascending from 0,
+// then (v_i * (1 / sqrt(ss / n + eps))) * w_i.
+template <class T>
+Mat<T> sequential_rmsnorm(const Mat<T>& X, const Vec<T>& w, T eps) {
+  Mat<T> Y(X.rows(), X.cols());
+  const int64_t n = X.cols();
+  for (int64_t r = 0; r < X.rows(); ++r) {
+    T ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += X(r, i) * X(r, i);
+    const T inv = T(1) / std::sqrt(ss / T(n) + eps);
+    for (int64_t i = 0; i < n; ++i) Y(r, i) = (X(r, i) * inv) * w(i);
+  }
+  return Y;
+}
+
+template <class T>
+int64_t bit_differences(const Mat<T>& a, const Mat<T>& b) {
+  int64_t d = 0;
+  for (int64_t i = 0; i < a.size(); ++i) d += std::memcmp(a.data() + i, b.data() + i, sizeof(T)) != 0;
+  return d;
+}
+
+// rmsnorm_rows opens its OpenMP region from kParallelElements elements on,
+// which the invariance checks of the wide configs (40 rows of 256) never
+// reach. Past it every row must still get the sequential sum of squares,
+// whichever thread runs it and however many there are: many narrow rows
+// (groups of eight shared out) and a few wide ones (a group of eight and
+// three single rows), at 1, 2 and 3 threads, bitwise against the sum written
+// out above. Values over 41 binades, so that a row summed in parts by several
+// threads rounds differently from the sequential sum.
+template <class T>
+void expect_sequential_rmsnorm_on_every_thread_count() {
+  struct Shape {
+    int64_t rows, n;
+  };
+  for (const Shape s : {Shape{8 * 123 + 3, 67}, Shape{11, kParallelElements / 8 + 5}}) {
+    ASSERT_GE(s.rows * s.n, kParallelElements) << "the parallel region must open";
+    Mat<T> X(s.rows, s.n);
+    Vec<T> w(s.n);
+    for (int64_t r = 0; r < s.rows; ++r)
+      for (int64_t i = 0; i < s.n; ++i)
+        X(r, i) = T(std::ldexp(std::sin(double(r * s.n + i) * 0.7), int((i * 7 + r) % 41) - 20));
+    for (int64_t i = 0; i < s.n; ++i) w(i) = T(1 + std::cos(double(i)) / 2);
+    const T eps = T(1e-6);
+    const Mat<T> want = sequential_rmsnorm(X, w, eps);
+    const int saved = omp_get_max_threads();
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      EXPECT_EQ(bit_differences(rmsnorm_rows(X, w, eps), want), 0)
+          << s.rows << " rows of " << s.n << " on " << threads << " threads";
+    }
+    omp_set_num_threads(saved);
+  }
+}
+
+TEST(RmsNorm, RowsPastTheParallelThresholdGetTheSequentialSumsBitsOnOneTwoAndThreeThreads) {
+  expect_sequential_rmsnorm_on_every_thread_count<float>();
+  expect_sequential_rmsnorm_on_every_thread_count<double>();
 }
 
 TEST(Rope, RotatesOnlyTheLastRopeDimPairs) {

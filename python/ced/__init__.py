@@ -353,6 +353,7 @@ class GateReport:
 
     @property
     def passed(self) -> bool:
+        """No run failed and at least one was judged (a gate that judged nothing does not pass)."""
         return not self.failures and self.passed_runs > 0
 
     def __bool__(self) -> bool:
@@ -370,26 +371,36 @@ def gate(engine: Engine, golden_dir: Optional[str] = None, policy: Optional[str]
     returns its outputs: a :class:`RunResult` (see :func:`result`) or a dict with
     ``logits`` [P, V], ``positions`` [P], optionally ``layers`` (as :func:`result` takes
     them, required when ``request.capture_layers``), ``replay_start`` and ``n_replay``.
-    Arrays may be numpy or torch. The same code as ``ced gate`` judges each run (the
-    golden policy, the stored calibration for self-calibrating rules) and prints its
-    lines. ``policy``: ``"calibrated"`` (default, for f32 engines), ``"golden"`` (bitwise
-    to 1e-11), ``"bf16"``, or a TOML path. ``only``: ``"FILE"`` or ``"FILE:RUN"``.
-    ``dtype`` is the engine's (it picks the ULP unit).
+    Arrays may be numpy or torch. An engine with a ``supports(request)`` method is asked
+    before each run, as a harness backend is: a non-empty answer (why not) lists the run
+    as not supported, neither passed nor failed, and the engine is not called for it.
+    The same code as ``ced gate`` judges each run (the golden policy, the stored
+    calibration for self-calibrating rules) and prints its lines. ``golden_dir``: the
+    golden files, and the policy and calibration files the named policies read
+    (default the repository's ``golden/``). ``policy``: ``"calibrated"`` (default, for
+    f32 engines), ``"golden"`` (bitwise to 1e-11), ``"bf16"``, or a TOML path. ``only``:
+    ``"FILE"`` or ``"FILE:RUN"``. ``dtype`` is the engine's (it picks the ULP unit).
 
     Returns a :class:`GateReport` (``passed``, per run verdicts with the first divergent
-    layer and worst places, ``ced gate``'s failure lines). An exception the engine raises
-    propagates unchanged.
+    layer and worst places, ``ced gate``'s failure lines). It passes only when a run was
+    judged and none failed: an engine that supports none of the selected runs does not
+    pass. An exception the engine raises propagates unchanged.
     """
     gdir = os.fspath(golden_dir) if golden_dir is not None else _core.default_golden_dir()
     if policy is None or policy == "exact":
         raise InputError(f"gate: policy {policy!r}: name 'calibrated', 'golden', 'bf16' or a policy TOML file")
-    files: dict[int, str] = {}
+
+    def request_of(cfg: Config, weight_seed: int, core: RunRequest) -> Request:
+        return Request(name="", config=cfg, weight_seed=int(weight_seed), tokens=core.tokens, mode=core.mode,
+                       replay=core.replay, n_prompt=core.n_prompt, n_replay=_core.n_replay(cfg, core),
+                       prefix_len=core.prefix_len, decode_steps=core.decode_steps,
+                       capture_layers=core.capture_layers, logits=core.logits, core=core)
+
+    ask = getattr(engine, "supports", None)
+    supports = None if ask is None else lambda cfg, seed, core: str(ask(request_of(cfg, seed, core)) or "")
 
     def call(cfg: Config, weight_seed: int, core: RunRequest) -> RunResult:
-        req = Request(name="", config=cfg, weight_seed=int(weight_seed), tokens=core.tokens, mode=core.mode,
-                      replay=core.replay, n_prompt=core.n_prompt, n_replay=_core.n_replay(cfg, core),
-                      prefix_len=core.prefix_len, decode_steps=core.decode_steps,
-                      capture_layers=core.capture_layers, logits=core.logits, core=core)
+        req = request_of(cfg, weight_seed, core)
         out = engine(req)
         sys.stdout.flush()
         if isinstance(out, RunResult):
@@ -400,7 +411,7 @@ def gate(engine: Engine, golden_dir: Optional[str] = None, policy: Optional[str]
                       n_replay=out.get("n_replay"), dtype=dtype)
 
     sys.stdout.flush()
-    d = _core.gate(call, gdir, _policy_path(policy, gdir), only or "", dtype, bool(verbose), bool(quiet))
+    d = _core.gate(call, supports, gdir, _policy_path(policy, gdir), only or "", dtype, bool(verbose), bool(quiet))
     rep = GateReport(runs=d["runs"], passed_runs=d["passed"],
                      judged=[GateRun(file=j["file"], report=_compare_report(j)) for j in d["judged"]],
                      failures=list(d["failures"]), not_supported=list(d["not_supported"]))
@@ -411,4 +422,7 @@ def gate(engine: Engine, golden_dir: Optional[str] = None, policy: Optional[str]
             print("failures:")
             for f in rep.failures:
                 print(f"  {f['file']}:{f['run']}: {f['what']}\n    reproduce: ced.gate(engine, only=\"{f['file']}:{f['run']}\")")
+        elif not rep.judged:
+            print(f"FAIL: no run was judged: the engine supports none of the {rep.runs} selected runs "
+                  f"({rep.not_supported[0]['why']})")
     return rep

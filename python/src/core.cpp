@@ -50,13 +50,18 @@ std::vector<int32_t> token_vector(const py::array_t<int64_t, py::array::c_style 
 
 // A user's engine behind the Backend interface: ced.gate's Python callable,
 // called with each golden request; it returns a RunResult (python/ced turns
-// dicts and torch tensors into one).
+// dicts and torch tensors into one). `supports` (None when the engine has no
+// supports method) answers Backend::supports: "" or why not.
 class PythonBackend : public Backend {
  public:
-  PythonBackend(py::function call, Config c, uint64_t weight_seed, std::string dtype)
-      : call_(std::move(call)), config_(std::move(c)), weight_seed_(weight_seed), dtype_(std::move(dtype)) {}
+  PythonBackend(py::function call, py::object supports, Config c, uint64_t weight_seed, std::string dtype)
+      : call_(std::move(call)), supports_(std::move(supports)), config_(std::move(c)), weight_seed_(weight_seed),
+        dtype_(std::move(dtype)) {}
   std::string name() const override { return "python"; }
   std::string dtype() const override { return dtype_; }
+  std::string supports(const RunRequest& req) const override {
+    return supports_.is_none() ? "" : supports_(config_, weight_seed_, req).cast<std::string>();
+  }
   RunResult run(const RunRequest& req) override {
     std::fflush(stdout);  // the gate's lines and the engine's prints in order
     RunResult r = call_(config_, weight_seed_, req).cast<RunResult>();
@@ -66,6 +71,7 @@ class PythonBackend : public Backend {
 
  private:
   py::function call_;
+  py::object supports_;
   Config config_;
   uint64_t weight_seed_;
   std::string dtype_;
@@ -340,8 +346,8 @@ PYBIND11_MODULE(_core, m) {
 
   // ---- the gate (docs/spec.md §10 `ced gate`) ----
   m.def("default_golden_dir", [] { return golden::default_golden_dir().string(); });
-  m.def("gate", [](py::function engine, const std::string& dir, const std::string& policy, const std::string& only,
-                   const std::string& dtype, bool verbose, bool quiet) {
+  m.def("gate", [](py::function engine, py::object supports, const std::string& dir, const std::string& policy,
+                   const std::string& only, const std::string& dtype, bool verbose, bool quiet) {
     BackendEntry entry;
     entry.name = "python";
     entry.scalar = dtype;
@@ -352,8 +358,8 @@ PYBIND11_MODULE(_core, m) {
     entry.gate_calibrated = std::any_of(p.rules.begin(), p.rules.end(), [](const Rule& r) { return r.calibrate; });
     entry.golden_policy = "policy-calibrated.toml";
     entry.description = "a Python engine (ced.gate)";
-    entry.factory = [engine, dtype](const Config& c, uint64_t seed) {
-      return std::make_unique<PythonBackend>(engine, c, seed, dtype);
+    entry.factory = [engine, supports, dtype](const Config& c, uint64_t seed) {
+      return std::make_unique<PythonBackend>(engine, supports, c, seed, dtype);
     };
     golden::GateOptions o;
     o.dir = dir;

@@ -219,11 +219,13 @@ def test_gate_fails_an_engine_with_one_value_changed_naming_run_layer_and_positi
     rep = ced.gate(reference_engine(plant=plant), policy="golden", only="tiny.h5")
     assert not rep.passed
     assert [f["run"] for f in rep.failures] == ["full"]
+    assert (rep.runs, rep.passed_runs) == (5, 4)  # one failing run among five: four passed, not five
     (bad,) = [j for j in rep.judged if not j.passed]
     assert bad.report.run == "full" and bad.first_divergent_layer == 3
     assert bad.report.failures[0].worst.startswith("position 7, column 1")
     assert "runs/full/layers/3/out" in rep.failures[0]["what"]
-    assert "first divergent layer 3" in capfd.readouterr().out
+    out = capfd.readouterr().out
+    assert "first divergent layer 3" in out and "5 runs, 4 passed, 1 failed, 0 not supported" in out
 
 
 def test_gate_judges_the_f32_reference_under_the_calibrated_policy():
@@ -266,3 +268,86 @@ def test_gate_reads_the_stored_calibration_only_for_a_self_calibrating_policy(tm
         ced.gate(reference_engine("reference"), golden_dir=tmp_path, policy="calibrated", quiet=True)
     with pytest.raises(ced.InputError, match="policy"):
         ced.gate(reference_engine(), golden_dir=tmp_path, policy=None, quiet=True)
+
+
+class _Refusing:
+    """A reference engine whose ``supports`` refuses the runs ``refuse(request)`` names."""
+
+    def __init__(self, refuse):
+        self.refuse, self.called = refuse, []
+        self.engine = reference_engine()
+
+    def supports(self, req):
+        return "this test's engine does not do it" if self.refuse(req) else ""
+
+    def __call__(self, req):
+        self.called.append(req.mode)
+        return self.engine(req)
+
+
+def test_gate_lists_the_runs_an_engine_does_not_support_and_judges_the_rest():
+    e = _Refusing(lambda req: req.mode == "resume")
+    rep = ced.gate(e, policy="golden", only="tiny.h5", quiet=True)
+    assert rep.passed and (rep.runs, rep.passed_runs, len(rep.judged)) == (5, 4, 4)
+    assert [(n["run"], n["why"]) for n in rep.not_supported] == [("resume", "this test's engine does not do it")]
+    assert "resume" not in e.called  # asked before running: never called for it
+
+
+def test_gate_that_judged_no_run_does_not_pass_and_says_so(capfd):
+    e = _Refusing(lambda req: True)
+    rep = ced.gate(e, policy="golden", only="tiny.h5")
+    assert not rep.passed and not rep and not rep.failures
+    assert (rep.runs, rep.passed_runs, len(rep.judged), len(rep.not_supported)) == (5, 0, 0, 5) and not e.called
+    out = capfd.readouterr().out
+    assert "5 runs, 0 passed, 0 failed, 5 not supported" in out
+    assert "FAIL: no run was judged: the engine supports none of the 5 selected runs" in out
+
+
+def test_gate_with_no_golden_run_to_judge_is_an_input_error(tmp_path, tiny):
+    import shutil
+    shutil.copy(f"{ced._core.default_golden_dir()}/policy.toml", tmp_path / "policy.toml")
+    with pytest.raises(ced.InputError, match="no .h5 files"):
+        ced.gate(reference_engine(), golden_dir=tmp_path, policy="golden", quiet=True)
+    ced.write_run(tmp_path / "empty.h5", tiny, ced.tokens(tiny, 5), {})
+    with pytest.raises(ced.InputError, match="hold no run: no run was judged"):
+        ced.gate(reference_engine(), golden_dir=tmp_path, policy="golden", quiet=True)
+
+
+_EXACT_POLICY = """[[rule]]
+pattern = "runs/*/layers/*/topk"
+reason = "this test: exact selections"
+min_jaccard = 1
+
+[[rule]]
+pattern = "**"
+reason = "this test: any difference fails"
+atol = 0
+rtol = 0
+"""
+
+
+@pytest.mark.parametrize("policy,backend", [("golden", "reference-f64"), ("calibrated", "reference")])
+def test_gate_judges_under_the_policy_files_of_the_golden_dir_it_is_given(tmp_path, policy, backend):
+    # The named policy is the file in golden_dir, not in the repository's golden/: a copy of
+    # the golden folder whose policy allows no difference at all fails what the shipped one passes
+    # (the f64 engine's logits changed by 1e-13 relative, within the shipped rtol of 1e-11; the
+    # f32 reference, within its calibrated bounds).
+    import shutil
+    golden = ced._core.default_golden_dir()
+    for name in ("tiny.h5", "calibration.toml", "policy.toml", "policy-calibrated.toml"):
+        shutil.copy(f"{golden}/{name}", tmp_path / name)
+
+    def plant(req, r):
+        if backend == "reference-f64":
+            L = r.logits.copy()
+            i = np.unravel_index(np.argmax(np.abs(L)), L.shape)
+            L[i] *= 1 + 1e-13
+            r.logits = L
+
+    engine = reference_engine(backend, plant=plant)
+    assert ced.gate(engine, policy=policy, only="tiny.h5:full", quiet=True).passed
+    assert ced.gate(engine, golden_dir=tmp_path, policy=policy, only="tiny.h5:full", quiet=True).passed
+    name = "policy.toml" if policy == "golden" else "policy-calibrated.toml"
+    (tmp_path / name).write_text(_EXACT_POLICY)
+    rep = ced.gate(engine, golden_dir=tmp_path, policy=policy, only="tiny.h5:full", quiet=True)
+    assert not rep.passed and [f["run"] for f in rep.failures] == ["full"]
