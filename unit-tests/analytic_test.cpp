@@ -222,26 +222,6 @@ TEST(AnalyticFlops, TinyResumeCountsOnlyNewTokensInTheCompressor) {
   expect_counts(builtin_config("tiny"), resume_query(8, 6, "bounded"), e);
 }
 
-TEST(AnalyticFlops, TinyResumeOfAPrefixShorterThanTheWindowReplaysTheWholePrefix) {
-  // N = 8, P = 3 = W - 1 < W: s_r = max(0, P - W) = 0, so the encoder evaluates every position
-  // 0..7 as in the full mode (local 26; r = 2 visible 16, selected 15), decoder s = max(8-4, 0)
-  // = 4 as in ced (the rows of TinyCandidatePoolTruncatesScoringAtLaterIndexSources). Only the
-  // compressors differ: they consume tokens 3..7. Layer 1 (r = 2) completes blocks 1..3 (block j
-  // completes at token 2j + 1: tokens 3, 5, 7), layer 4 (r = 1) entries 3..7. Logits at 4..7.
-  const int64_t n = 8, nd = 4;
-  std::vector<Row> e = {
-      row(n * kQ, n * kLE, 0, 0, 0, 0, kA * 26, n * kO, n * kRT, n * kX),
-      row(n * kQ, n * kLE, 5 * kC2, 3 * kIK, n * kIQ, kSC * 16, kA * 41, n * kO, n * kRT, n * kX),
-      row(n * kQ, n * kLE, 0, 0, n * kIQ, kSC * 16, kA * 41, n * kO, n * kRT, n * kX),
-      row(n * kQ, n * kLE, 0, 0, 0, 0, kA * 41, n * kO, n * kRT, n * kX),
-      row(nd * kQ, nd * kLE, 5 * kC1, 5 * kIK, nd * kIQ, kSC * 26, kA * 22, nd * kO, nd * kRT, nd * kX),
-      row(nd * kQ, nd * kLE, 0, 0, 0, 0, kA * 22, nd * kO, nd * kRT, nd * kX),
-      row(nd * kQ, nd * kLE, 0, 0, nd * kIQ, kSC * 22, kA * 22, nd * kO, nd * kRT, nd * kX),
-      row(nd * kQ, nd * kLE, 0, 0, 0, 0, kA * 22, nd * kO, nd * kRT, nd * kX),
-      lm_row(4 * kLM)};
-  expect_counts(builtin_config("tiny"), resume_query(8, 3, "bounded"), e);
-}
-
 TEST(AnalyticFlops, TinyDecodeStepsExtendEveryLayerAndProduceTheirLogits) {
   // ced N = 5 bounded (s = 1), 2 decode steps (positions 5, 6), prefill
   // logits last only. Decoder at 1..6: local 1,2,3,4,4,4 = 18; visible 2..7 =
