@@ -272,6 +272,55 @@ TEST(V41ConfigFiles, TheFlatWriterFollowsTheReleasesKeysOrderAndNumberForms) {
   EXPECT_NE(write_v41_flat_json(t).find("\"gate_temp\": 2.0\n}"), std::string::npos);
 }
 
+// The key order of the release's two files, written down here (not taken from the code's table).
+const std::vector<std::string> kReleaseFlatOrder = {
+    "vocab_size", "dim", "moe_inter_dim", "n_layers", "n_mtp_layers", "dspark_block_size", "dspark_noise_token_id",
+    "dspark_target_layer_ids", "dspark_markov_rank", "dspark_n_routed_experts", "dspark_n_activated_experts",
+    "n_heads", "n_routed_experts", "n_shared_experts", "n_activated_experts", "score_func", "route_scale",
+    "swiglu_limit", "q_lora_rank", "head_dim", "rope_head_dim", "norm_eps", "o_groups", "o_lora_rank", "window_size",
+    "kv_source_layers", "index_source_layers", "original_seq_len", "rope_theta", "rope_factor", "beta_fast",
+    "beta_slow", "index_n_heads", "index_head_dim", "index_topk", "candidate_source_layer", "candidate_topk_blocks",
+    "candidate_block_size", "hc_mult", "hc_sinkhorn_iters", "hc_eps", "engram_layer_ids", "engram_vocab_size",
+    "engram_num_embeddings", "engram_max_ngram_size", "engram_pad_id", "engram_compressed_vocab_size", "dtype",
+    "expert_dtype", "compress_rope_theta", "compress_ratios", "vision_n_layers", "vision_dim", "vision_n_heads",
+    "vision_inter_dim", "vision_patch_size", "vision_downsample_ratio", "vision_max_n_token", "vision_min_pixels",
+    "vision_max_wh_ratio", "image_token_id", "engram_n_heads", "engram_head_dim", "vision_rope_theta"};
+const std::vector<std::string> kReleaseTextConfigOrder = {
+    "model_type", "vocab_size", "hidden_size", "moe_intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "qk_rope_head_dim", "q_lora_rank", "o_lora_rank", "o_groups", "hidden_act",
+    "swiglu_limit", "rms_norm_eps", "attention_bias", "tie_word_embeddings", "max_position_embeddings", "rope_theta",
+    "rope_scaling", "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "scoring_func", "topk_method",
+    "norm_topk_prob", "routed_scaling_factor", "sliding_window", "compress_ratios", "compress_rope_theta",
+    "kv_source_layer_ids", "index_source_layer_ids", "index_n_heads", "index_head_dim", "index_topk",
+    "candidate_source_layer_id", "candidate_topk_blocks", "candidate_block_size", "hc_mult", "hc_sinkhorn_iters",
+    "hc_eps", "engram_layer_ids", "engram_num_embeddings", "engram_max_ngram_size", "engram_vocab_size",
+    "engram_n_heads", "engram_head_dim", "engram_pad_token_id", "engram_compressed_vocab_size",
+    "num_nextn_predict_layers", "dspark_block_size", "dspark_noise_token_id", "dspark_target_layer_ids",
+    "dspark_markov_rank", "dspark_n_routed_experts", "dspark_num_experts_per_tok"};
+
+// The keys of the lines of `text` indented by exactly `indent` spaces, in order.
+std::vector<std::string> keys_at_indent(const std::string& text, size_t indent) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string line = text.substr(at, end - at);
+    if (line.size() > indent + 1 && line.find_first_not_of(' ') == indent && line[indent] == '"')
+      out.push_back(line.substr(indent + 1, line.find('"', indent + 1) - indent - 1));
+    at = end + 1;
+  }
+  return out;
+}
+
+TEST(V41ConfigFiles, BothWritersPutTheKeysInTheReleasesOrder) {
+  const V41Config f = v41_builtin_config("v41-flash");
+  EXPECT_EQ(keys_at_indent(write_v41_flat_json(f), 4), kReleaseFlatOrder);
+  const std::string hf = write_v41_hf_json(f);
+  const size_t a = hf.find("\"text_config\": {"), b = hf.find("\"vision_config\": {");
+  ASSERT_LT(a, b);
+  EXPECT_EQ(keys_at_indent(hf.substr(a, b - a), 4), kReleaseTextConfigOrder);
+}
+
 TEST(V41ConfigFiles, TheHfWriterNestsTextConfigWithTheReleasesNames) {
   const std::string s = write_v41_hf_json(v41_builtin_config("v41-flash"));
   for (const char* part : {"\"architectures\": [\n    \"DeepseekV41ForCausalLM\"\n  ]", "\"model_type\": \"deepseek_v41\"",

@@ -408,8 +408,8 @@ TEST(V41Fp4Ue8m0, KeepsAnAllZeroBlockPositiveZero) {
 }
 
 TEST(V41Fp4E4m3, ScalesEachBlockOf16ByAmaxOver6RoundedToE4m3) {
-  // Block 0: amax 6.375 -> 6.375 / 6 = 1.0625 exactly, an e4m3 tie -> 1.0 (even); s = 1:
-  //   6.375 -> clamp 6 -> 6; 0.75 -> 1. (amax * fp32(1/6) would give 1.0625000x -> s = 1.125.)
+  // Block 0: amax 6.375 -> 6.375 / 6 = 1.0625 exactly, an e4m3 tie -> 1.0 (even; ties away would
+  //   give 1.125); s = 1: 6.375 -> clamp 6 -> 6; 0.75 -> 1.
   // Block 1: amax 7 -> 7/6 = 1.1667 -> e4m3 1.125 (nearer than 1.25); 7 / 1.125 = 6.22 -> 6 ->
   //   6.75; 1 / 1.125 = 0.889 -> 1 -> 1.125; 0.84375 / 1.125 = 0.75 exactly -> 1 -> 1.125;
   //   0.5625 / 1.125 = 0.5 -> 0.5625.
