@@ -417,11 +417,14 @@ TEST(V41Fp4E4m3, ScalesEachBlockOf16ByAmaxOver6RoundedToE4m3) {
   // Block 3: amax 3 * 2^-11 < 6 * 2^-9 -> floored: s = e4m3(2^-9) = 2^-9; 2^-10 / 2^-9 = 0.5 ->
   //   2^-10; 3 * 2^-11 / 2^-9 = 0.75 -> 1 -> 2^-9. (Unfloored: 3 * 2^-11 / 6 rounds to an e4m3 0,
   //   s = 0, and every value becomes a NaN's ±0.)
+  // Block 4: amax 11.25 -> 11.25 / 6 = 1.875 = s exactly; 2.34375 / 1.875 = 1.25, 4.6875 / 1.875 =
+  //   2.5, 9.375 / 1.875 = 5: e2m1 ties, to 1, 2, 4 -> 1.875, 3.75, 7.5. (Through the reciprocal,
+  //   x * fp32(1/1.875) gives 1.2500001, 2.5000002, 5.0000005 and would round all three up.)
   std::vector<float> x = block({6.375f, 0.75f}, 16);
   for (const auto& b : {block({7.0f, 1.0f, 0.84375f, 0.5625f}, 16), block({3008.0f, 448.0f}, 16),
-                        block({0x1p-10f, 3 * 0x1p-11f}, 16)})
+                        block({0x1p-10f, 3 * 0x1p-11f}, 16), block({11.25f, 2.34375f, 4.6875f, 9.375f}, 16)})
     x.insert(x.end(), b.begin(), b.end());
-  fp4_qdq_e4m3_16(x, 64);
+  fp4_qdq_e4m3_16(x, 80);
   EXPECT_EQ(x[0], 6.0f);
   EXPECT_EQ(x[1], 1.0f);
   EXPECT_EQ(x[16], 6.75f);
@@ -432,6 +435,10 @@ TEST(V41Fp4E4m3, ScalesEachBlockOf16ByAmaxOver6RoundedToE4m3) {
   EXPECT_EQ(x[33], 448.0f);
   EXPECT_EQ(x[48], 0x1p-10f);
   EXPECT_EQ(x[49], 0x1p-9f);
+  EXPECT_EQ(x[64], 11.25f);
+  EXPECT_EQ(x[65], 1.875f);
+  EXPECT_EQ(x[66], 3.75f);
+  EXPECT_EQ(x[67], 7.5f);
 }
 
 TEST(V41Fp4E4m3, RefusesARowNotAMultipleOf16) {
