@@ -751,7 +751,7 @@ def test_stages(args, file=None):
         return python
     if file.endswith(".py") or file.startswith("tools/"):
         return ctest  # the package does not contain the `ced` commands or the scripts
-    if binaries is not None and reach is not None and not (binaries & reach.closure(PACKAGE_LIBRARIES)):
+    if binaries is not None and reach is not None and not (binaries & args.package_binaries):
         return ctest
     return ctest + python
 
@@ -814,6 +814,7 @@ def cmd_run(args):
         # mutated binaries gives the same verdict with and without the mutant, and is skipped.
         args.reach = reach.Reach(build)
         args.stage_names = [args.reach.stage_names(s) for s in args.stage]
+        args.package_binaries = args.reach.closure(PACKAGE_LIBRARIES)  # once: a walk of the whole build
     if not args.no_baseline:
         status, why, dt = run_tests(args)
         if status != "survived":
