@@ -5,6 +5,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <utility>
@@ -400,6 +401,20 @@ Spans empirical_spans(const Model& m, int64_t N, int64_t P,
     s.enc_exact_next = min_true(P, [&](int64_t Kr) { return hidden_finite(Kr, P); });
   }
   return s;
+}
+
+std::vector<SpanRow> span_rows(const Plan& p, int64_t N, int64_t P, const Spans& found) {
+  const int64_t R = p.exact_replay(), Db = p.exact_decode_replay();
+  const int64_t encH = 1 + p.E * (p.W - 1), encN = p.E * (p.W - 1);
+  return {{"decoder: exact last-position logits, R = 1 + D(W-1)", std::min(N, R), found.exact_last},
+          {"decoder: exact next decode step, D(W-1)", std::max<int64_t>(1, std::min(N, Db)), found.exact_decode},
+          {"encoder resume: exact H_E at P-1, 1 + E(W-1)", std::min(P, encH), found.enc_exact_hidden},
+          {"encoder resume: exact first new position, E(W-1)", std::max<int64_t>(1, std::min(P, encN)),
+           found.enc_exact_next}};
+}
+
+bool spans_agree(const std::vector<SpanRow>& rows) {
+  return std::all_of(rows.begin(), rows.end(), [](const SpanRow& r) { return r.oracle == r.found; });
 }
 
 }  // namespace ced::prop

@@ -53,4 +53,16 @@ struct Spans {
 Spans empirical_spans(const Model& m, int64_t N, int64_t P,
                       const std::function<void(const std::string&)>& progress = {});
 
+// One row of `ced spans`: a span as the oracle states it (capped by N and P, docs/spec.md §4, §6) beside
+// the one a search found (-1 when there was no search).
+struct SpanRow {
+  std::string what;
+  int64_t oracle = 0, found = -1;
+};
+// The four rows in the order printed: the decoder's exact last logits and next decode step, then the
+// encoder resume's H_E at P-1 and first new position.
+std::vector<SpanRow> span_rows(const Plan& p, int64_t N, int64_t P, const Spans& found);
+// The verdict of a search: every row's found span is the oracle's.
+bool spans_agree(const std::vector<SpanRow>& rows);
+
 }  // namespace ced::prop

@@ -383,8 +383,39 @@ TEST(ReplayErrorCommand, WritesTheSweepsCsvAndSvgForTheGivenOptions) {
   const auto rows = prop::replay_sweep(c, o);
   EXPECT_EQ(slurp(prefix.string() + ".csv"), prop::drift_csv(rows));
   EXPECT_EQ(slurp(prefix.string() + ".svg"), prop::drift_svg(rows, "CED bounded replay drift, config tiny"));
-  EXPECT_TRUE(fs::exists(prefix.string() + ".h5"));
   EXPECT_NE(r.out.find(prop::drift_table(rows)), std::string::npos) << r.out;
+  // The HDF5 table holds the same rows as the CSV, column by column, the bitwise verdict as 1 or 0: the rows
+  // hold both verdicts (N = 1 replays all of itself, N = 5 > W = 4 does not), so a constant column is seen.
+  const TableFile t = read_table_file(prefix.string() + ".h5", {"kind_legend", "backend"}, {});
+  ASSERT_EQ(t.columns.size(), 11u);
+  const std::vector<std::string> kinds = {"prefill", "layer", "decode", "resume", "resume-decode"};
+  const std::vector<std::pair<std::string, std::function<double(const prop::DriftRow&)>>> want = {
+      {"kind", [&](const auto& w) { return double(std::find(kinds.begin(), kinds.end(), w.kind) - kinds.begin()); }},
+      {"n_prompt", [](const auto& w) { return double(w.n_prompt); }},
+      {"replay", [](const auto& w) { return double(w.replay); }},
+      {"prefix", [](const auto& w) { return double(w.prefix); }},
+      {"layer", [](const auto& w) { return double(w.layer); }},
+      {"step", [](const auto& w) { return double(w.step); }},
+      {"rel_l2", [](const auto& w) { return w.rel_l2; }},
+      {"max_abs", [](const auto& w) { return w.max_abs; }},
+      {"kl", [](const auto& w) { return w.kl; }},
+      {"top1", [](const auto& w) { return w.top1; }},
+      {"bitwise_exact", [](const auto& w) { return w.exact ? 1.0 : 0.0; }}};
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(t.columns[k].first, want[k].first);
+    ASSERT_EQ(t.columns[k].second.size(), rows.size()) << want[k].first;
+    for (size_t i = 0; i < rows.size(); ++i)
+      EXPECT_EQ(t.columns[k].second[i], want[k].second(rows[i])) << want[k].first << " row " << i;
+  }
+  EXPECT_TRUE(std::any_of(rows.begin(), rows.end(), [](const auto& w) { return w.exact; }));
+  EXPECT_TRUE(std::any_of(rows.begin(), rows.end(), [](const auto& w) { return !w.exact; }));
+  // Progress goes to stderr, one line per step when stderr is not a terminal (a log file, CI): every line
+  // ends there, none is empty (the terminal's closing newline is for a bar redrawn in place).
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.back(), '\n') << r.err;
+  EXPECT_EQ(r.err.find("\n\n"), std::string::npos) << r.err;
+  EXPECT_NE(r.err[0], '\n') << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
 }
 
 TEST(ReplayErrorCommand, LengthsBelowOneAndNoDecodeStepsAreUsageErrors) {

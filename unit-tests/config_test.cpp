@@ -1,5 +1,8 @@
 // docs/spec.md §1: built-ins, TOML files, validation messages.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "model/config.hpp"
 #include "model/error.hpp"
@@ -100,6 +103,31 @@ TEST(Validation, NamesTheOffendingKey) {
   c = builtin_config("tiny");
   c.rms_eps = 0;
   EXPECT_NE(error_of(c).find("rms_eps"), std::string::npos);
+}
+
+// The expert count's bounds name both numbers, each in its place: the number of routed experts is the bound,
+// the number of active ones what was given (a message with the two swapped reads as a different config).
+TEST(Validation, ActiveExpertsMessageGivesTheRoutedCountAsTheBoundAndTheActiveCountAsGiven) {
+  Config c = builtin_config("tiny");
+  c.n_active_experts = c.n_routed_experts + 1;
+  EXPECT_EQ(error_of(c), fmt::format("config: n_active_experts: must satisfy 1 <= n_active_experts <= "
+                                     "n_routed_experts = {} (got {})",
+                                     c.n_routed_experts, c.n_routed_experts + 1));
+}
+
+// routed_scaling_factor is any positive number: the lab built-ins use 1.5, the released model 1.5 too, and a
+// factor below one (scaling the routed experts down) is as valid as one above it.
+TEST(Validation, RoutedScalingFactorIsAnyPositiveNumber) {
+  for (const double good : {0.25, 1.0, 1.5, 2.5}) {
+    Config c = builtin_config("tiny");
+    c.routed_scaling_factor = good;
+    EXPECT_EQ(error_of(c), "") << good;
+  }
+  for (const double bad : {0.0, -1.0, std::nan("")}) {
+    Config c = builtin_config("tiny");
+    c.routed_scaling_factor = bad;
+    EXPECT_NE(error_of(c).find("routed_scaling_factor: must be > 0"), std::string::npos) << bad << ": " << error_of(c);
+  }
 }
 
 TEST(Toml, RoundTripsEveryBuiltin) {

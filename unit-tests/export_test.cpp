@@ -248,6 +248,16 @@ TEST(SafetensorsReader, AGapBeforeTheFirstTensorIsRefusedNamingIt) {
                  "data_offsets: 4 bytes before 'a' [4, 8], the first tensor, belong to no tensor");
 }
 
+// The smallest gap is one byte, and it is a gap: a tiling check with any slack (a range may start a byte
+// late) reads a file whose tensors sit one byte off where the header says, which is how a writer's
+// misaligned offset shows.
+TEST(SafetensorsReader, AOneByteGapIsRefusedLikeAnyOther) {
+  expect_refused(two_tensors(0, 4, 5, 9, "AAAA.BBBB"),
+                 "data_offsets: 1 bytes between 'a' [0, 4] and 'b' [5, 9] belong to no tensor");
+  expect_refused(two_tensors(1, 5, 5, 9, ".AAAABBBB"),
+                 "data_offsets: 1 bytes before 'a' [1, 5], the first tensor, belong to no tensor");
+}
+
 TEST(SafetensorsReader, OverlappingTensorsAreRefusedNamingBoth) {
   expect_refused(two_tensors(0, 4, 2, 6, "AABBBB"), "data_offsets: 'b' [2, 6] overlaps 'a' [0, 4]");
   // an empty tensor inside another's bytes overlaps it too

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <sys/time.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "io/hdf5_file.hpp"
 #include "io/untrusted.hpp"
@@ -543,6 +545,31 @@ TEST(Isolation, ExitStatusOfTheChildSurvivesASignalInterruptingTheWait) {
   setitimer(ITIMER_REAL, &off, nullptr);
   sigaction(SIGALRM, &old, nullptr);
   EXPECT_EQ(msg, "cannot read 'f.h5': corrupt or unreadable HDF5 file (the reader exited with status 7)");
+}
+
+// The child inherits the parent's signal handlers (the Python module's interpreter installs some without
+// SA_RESTART): a signal that interrupts its write of the answer, with the pipe full and nothing written yet,
+// must not cut the answer short. The body floods its own main thread with a caught signal while the
+// 16 MiB answer goes through the 64 KiB pipe, so such an interruption comes many times per run.
+TEST(Isolation, AnswerOfTheChildSurvivesSignalsInterruptingItsWrite) {
+  const size_t size = size_t(16) << 20;
+  const std::string got = run_isolated("f.h5", {30, 1ull << 30}, [size]() -> std::string {
+    struct sigaction caught {};
+    caught.sa_handler = [](int) {};
+    caught.sa_flags = 0;  // no SA_RESTART: a blocked write returns EINTR
+    sigemptyset(&caught.sa_mask);
+    sigaction(SIGUSR1, &caught, nullptr);
+    const pthread_t writer = pthread_self();
+    std::thread([writer] {
+      for (;;) {  // until _exit ends the child
+        pthread_kill(writer, SIGUSR1);
+        ::usleep(50);
+      }
+    }).detach();
+    return std::string(size, 'x');
+  });
+  EXPECT_EQ(got.size(), size);
+  EXPECT_EQ(got.find_first_not_of('x'), std::string::npos);
 }
 
 #if !defined(__SANITIZE_ADDRESS__)

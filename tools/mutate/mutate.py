@@ -786,9 +786,17 @@ def cmd_run(args):
     journal = Journal(root, work)
     journal.recover()
     eq = read_equivalent(args.equivalent)
-    ms = sample(all_mutants(root, args.scope), args.count, args.seed)
     if args.only:
-        ms = [m for m in ms if m.id in set(args.only.split(","))]
+        # By id from every site, not from the sample: a sample's survivors run again on a later commit
+        # (their tests added), where new sites have moved the seeded draw. An id the source no longer
+        # has (its line rewritten) is named, not passed over.
+        wanted = [i for i in args.only.split(",") if i]
+        ms = [m for m in all_mutants(root, args.scope) if m.id in set(wanted)]
+        gone = sorted(set(wanted) - {m.id for m in ms})
+        if gone:
+            print(f"mutate: not in this source (its line changed): {', '.join(gone)}", flush=True)
+    else:
+        ms = sample(all_mutants(root, args.scope), args.count, args.seed)
     # Consecutive mutants of one file recompile that file once each; the files come in a seeded order,
     # so that an interrupted pass has covered a random subset of the files, not the first directories.
     files = sorted({m.file for m in ms})
@@ -1053,7 +1061,7 @@ def main(argv=None):
     p.add_argument("--stage-timeout", type=int, default=900, help="whole-stage timeout (s)")
     p.add_argument("--build-timeout", type=int, default=900)
     p.add_argument("--equivalent", default=str(here / "equivalent.txt"), help="declared equivalent mutants")
-    p.add_argument("--only", default="", help="comma-separated mutant ids of the sample to run")
+    p.add_argument("--only", default="", help="comma-separated mutant ids to run, from every site (no sample)")
     p.add_argument("--out", default=None, help="where the kill table goes (default: BUILD/mutation)")
     p.add_argument("--target", type=float, default=0.95, help="exit 1 below this kill rate")
     p.add_argument("--no-baseline", action="store_true", help="skip the unmutated test run")
