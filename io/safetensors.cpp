@@ -52,7 +52,10 @@ int64_t safetensors_dtype_size(const std::string& dtype) {
   if (dtype == "F64") return 8;
   if (dtype == "F32" || dtype == "I32") return 4;
   if (dtype == "BF16") return 2;
-  fail("dtype", fmt::format("'{}' is not one of F64, F32, BF16, I32", dtype));
+  // The release checkpoint's scaled formats (docs/v41.md §2): FP8 codes, their power-of-two scales, and
+  // packed FP4 pairs stored as I8.
+  if (dtype == "F8_E4M3" || dtype == "F8_E8M0" || dtype == "I8") return 1;
+  fail("dtype", fmt::format("'{}' is not one of F64, F32, BF16, I32, I8, F8_E4M3, F8_E8M0", dtype));
 }
 
 int64_t SafetensorsTensor::numel() const { return checked_numel(name, shape); }
@@ -198,6 +201,10 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
 }
 
 std::vector<double> safetensors_values(const SafetensorsTensor& t) {
+  if (t.dtype == "F8_E4M3" || t.dtype == "F8_E8M0")
+    throw InputError(fmt::format("tensor '{}': {} holds codes of a block-scaled format, not values; decode it with "
+                                 "its scales",
+                                 t.name, t.dtype));
   const int64_t n = t.numel();
   std::vector<double> v(size_t(n), 0.0);
   const uint8_t* p = t.bytes.data();
@@ -215,6 +222,8 @@ std::vector<double> safetensors_values(const SafetensorsTensor& t) {
       int32_t x;
       std::memcpy(&x, p + 4 * i, 4);
       v[size_t(i)] = x;
+    } else if (t.dtype == "I8") {
+      v[size_t(i)] = double(int8_t(p[i]));
     } else {  // BF16: the upper half of a float
       uint16_t b;
       std::memcpy(&b, p + 2 * i, 2);

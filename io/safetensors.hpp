@@ -15,7 +15,7 @@ namespace ced {
 
 struct SafetensorsTensor {
   std::string name;
-  std::string dtype;            // "F32" | "F64" | "BF16" | "I32"
+  std::string dtype;            // "F32" | "F64" | "BF16" | "I32" | "I8" | "F8_E4M3" | "F8_E8M0"
   std::vector<int64_t> shape;   // row-major
   std::vector<uint8_t> bytes;   // numel * dtype size, little-endian
   int64_t numel() const;
@@ -39,7 +39,8 @@ void write_safetensors(const std::filesystem::path& path, const SafetensorsFile&
 SafetensorsFile read_safetensors(const std::filesystem::path& path);
 SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& origin);
 
-// A tensor's values as doubles (F32, F64, BF16 exactly; I32 exactly).
+// A tensor's values as doubles (F32, F64, BF16, I32 and I8 exactly); an F8 tensor's bytes are codes whose
+// value needs their scale tensor, and are an InputError here.
 std::vector<double> safetensors_values(const SafetensorsTensor& t);
 
 }  // namespace ced

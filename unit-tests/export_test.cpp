@@ -214,6 +214,30 @@ TEST(SafetensorsReader, RefusesTruncatedCorruptAndInconsistentFilesWithOneLine) 
   EXPECT_NO_THROW(parse_safetensors(good, "good"));
 }
 
+// The release checkpoint's one-byte formats are read with their bytes as stored: I8 as signed values,
+// the FP8 codes and scales as bytes only (a code's value needs its scale, so asking for values is refused).
+TEST(SafetensorsReader, OneByteReleaseFormatsAreReadAsStored) {
+  const SafetensorsFile f = parse_safetensors(
+      with_header(R"({"c":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]},)"
+                  R"("s":{"dtype":"F8_E8M0","shape":[1],"data_offsets":[2,3]},)"
+                  R"("p":{"dtype":"I8","shape":[3],"data_offsets":[3,6]}})",
+                  std::string("\x38\xb8\x7f\x01\xff\x80", 6)),
+      "release");
+  EXPECT_EQ(f.find("c")->bytes, (std::vector<uint8_t>{0x38, 0xb8}));
+  EXPECT_EQ(f.find("s")->bytes, (std::vector<uint8_t>{0x7f}));
+  EXPECT_EQ(safetensors_values(*f.find("p")), (std::vector<double>{1, -1, -128}));
+  for (const char* scaled : {"c", "s"}) {
+    try {
+      safetensors_values(*f.find(scaled));
+      ADD_FAILURE() << scaled << " read as values";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("block-scaled format"), std::string::npos) << e.what();
+    }
+  }
+  // one byte per element: two I8 values in four bytes is a size mismatch
+  expect_refused(with_header(R"({"p":{"dtype":"I8","shape":[2],"data_offsets":[0,4]}})", "1234"), "need 2");
+}
+
 // docs/spec.md §9.4: the byte ranges tile the data exactly. Each case below is
 // one range moved off an exact tiling; the tiling itself (written in another
 // order, with an empty tensor between) is read, so refusing every two-tensor
