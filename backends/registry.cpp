@@ -68,6 +68,13 @@ std::vector<std::string> backend_names() {
   return n;
 }
 
+std::vector<std::string> backend_names_of_family(const std::string& family) {
+  std::vector<std::string> n;
+  for (const auto& e : backend_table())
+    if (e.family == family) n.push_back(e.name);
+  return n;
+}
+
 const BackendEntry& backend_entry(const std::string& name) {
   for (const auto& e : backend_table())
     if (e.name == name) return e;

@@ -35,6 +35,7 @@ struct BackendEntry {
   // empty `available` means it always can.
   std::function<std::string()> available;
   std::string not_built;  // why `factory` is empty (the configure option that builds it)
+  std::string family = "lab";  // the model family it computes (models/family.hpp)
 
   // "" when make_backend(name) can succeed here, else the reason.
   std::string unavailable_reason() const;
@@ -45,13 +46,15 @@ const std::vector<BackendEntry>& backend_table();
 // The entry of `name`; InputError naming the known backends otherwise.
 const BackendEntry& backend_entry(const std::string& name);
 std::vector<std::string> backend_names();
+// The backends of one model family, in table order (none for a family whose backend is not built yet).
+std::vector<std::string> backend_names_of_family(const std::string& family);
 
 // The backend `name` for a config and weight seed: InputError for an unknown
 // name, NotSupported when it cannot run here (not built, no device).
 std::unique_ptr<Backend> make_backend(const std::string& name, const Config& c, uint64_t weight_seed);
 
 // InputError, with a memory estimate, for a run of `backend` that cannot fit
-// this machine's memory (v41-flash); nothing for device backends.
+// this machine's memory (lab-flash); nothing for device backends.
 void check_fits_in_memory(const Config& c, int64_t n_positions, const std::string& backend);
 
 }  // namespace ced

@@ -75,7 +75,7 @@ TEST(BackendRegistry, AnUnknownNameIsAnInputErrorListingEveryBackend) {
 }
 
 TEST(BackendRegistry, HostMemoryCheckRefusesV41FlashOnTheCpuButNotOnADeviceBackend) {
-  const Config flash = builtin_config("v41-flash");
+  const Config flash = builtin_config("lab-flash");
   EXPECT_THROW(check_fits_in_memory(flash, 4096, "reference"), InputError);
   EXPECT_THROW(check_fits_in_memory(flash, 4096, "reference-f64"), InputError);
   EXPECT_NO_THROW(check_fits_in_memory(flash, 4096, "cuda"));

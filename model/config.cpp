@@ -26,7 +26,7 @@ std::vector<int64_t> repeat(std::initializer_list<std::pair<int64_t, int64_t>> r
   return v;
 }
 
-// DSv4.1 Flash's layer schedule (docs/spec.md §1), shared by v41-shape, bench, v41-flash.
+// DSv4.1 Flash's layer schedule (docs/spec.md §1), shared by v41-shape, bench, lab-flash.
 void set_v41_schedule(Config& c) {
   c.n_layers = 40;
   c.n_encoder_layers = 20;
@@ -152,10 +152,10 @@ Config make_bench() {
   return c;
 }
 
-Config make_v41_flash() {
+Config make_lab_flash() {
   Config c;
   set_v41_schedule(c);
-  c.name = "v41-flash";
+  c.name = "lab-flash";
   c.vocab_size = 129280;
   c.d_model = 5120;
   c.n_heads = 64;
@@ -258,28 +258,40 @@ const std::vector<std::string>& list_keys() {
   return keys;
 }
 
+namespace {
+
+// The one table of built-ins: each name with the function that makes it.
+struct Builtin {
+  const char* name;
+  Config (*make)();
+};
+constexpr Builtin kBuiltins[] = {
+    {"tiny", make_tiny}, {"small", make_small}, {"v41-shape", make_v41_shape}, {"bench", make_bench},
+    {"lab-flash", make_lab_flash}};
+
+}  // namespace
+
 const std::vector<std::string>& builtin_names() {
-  static const std::vector<std::string> names = {"tiny", "small", "v41-shape", "bench", "v41-flash"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& b : kBuiltins) n.emplace_back(b.name);
+    return n;
+  }();
   return names;
 }
 
 bool is_builtin(std::string_view name) {
-  const auto& n = builtin_names();
-  return std::find(n.begin(), n.end(), name) != n.end();
+  return std::any_of(std::begin(kBuiltins), std::end(kBuiltins), [&](const Builtin& b) { return name == b.name; });
 }
 
 Config builtin_config(std::string_view name) {
-  Config c;
-  if (name == "tiny") c = make_tiny();
-  else if (name == "small") c = make_small();
-  else if (name == "v41-shape") c = make_v41_shape();
-  else if (name == "bench") c = make_bench();
-  else if (name == "v41-flash") c = make_v41_flash();
-  else
-    throw InputError(fmt::format("config: unknown built-in '{}' (built-ins: {})", name,
-                                 fmt::join(builtin_names(), ", ")));
-  validate(c);
-  return c;
+  for (const auto& b : kBuiltins)
+    if (name == b.name) {
+      Config c = b.make();
+      validate(c);
+      return c;
+    }
+  throw InputError(fmt::format("config: unknown built-in '{}' (built-ins: {})", name, fmt::join(builtin_names(), ", ")));
 }
 
 void validate(const Config& c) {

@@ -69,7 +69,8 @@ std::span<const ConfigListKey> config_list_keys();
 const std::vector<std::string>& scalar_keys();
 const std::vector<std::string>& list_keys();
 
-// Built-in names: tiny, small, v41-shape, bench, v41-flash.
+// Built-in names: tiny, small, v41-shape, bench, lab-flash (the lab model at the released sizes;
+// `v41-flash` is the v41 family's, models/v41/config.hpp).
 const std::vector<std::string>& builtin_names();
 bool is_builtin(std::string_view name);
 Config builtin_config(std::string_view name);  // validated; InputError if unknown
@@ -93,7 +94,7 @@ void validate(const Config& c);
 void validate_tokens(const Config& c, const std::vector<int32_t>& tokens);
 
 // Bytes a run of `n_positions` would need (weights + caches + activations)
-// in the given scalar size; used to refuse v41-flash on a CPU up front.
+// in the given scalar size; used to refuse lab-flash on a CPU up front.
 double estimate_run_bytes(const Config& c, int64_t n_positions, int scalar_bytes);
 
 }  // namespace ced

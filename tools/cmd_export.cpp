@@ -34,7 +34,7 @@ Runner add_export(CLI::App& app) {
             std::printf("config %s, weight_seed %llu, token_seed %llu, dtype %s, format %s\n", e.config.name.c_str(),
                         (unsigned long long)e.weight_seed, (unsigned long long)e.token_seed, e.dtype.c_str(),
                         o->format.c_str());
-            // The whole model is generated in memory first: v41-flash is refused up front.
+            // The whole model is generated in memory first: lab-flash is refused up front.
             check_fits_in_memory(e.config, 1, e.dtype == "f64" ? "reference-f64" : "reference");
             write_weights_export(o->out, e, o->format);
             std::printf("wrote %s (%zu weight tensors%s)\n", o->out.c_str(),

@@ -27,7 +27,7 @@ Runner add_oracle(CLI::App& app) {
       ->transform(integer_in(0, kMaxLength));
   sub->add_flag("--json", o->json, "print JSON instead of the table");
   return {sub, [o] {
-            const Config c = load_config(o->config);
+            const Config c = load_lab_config(o->config);
             std::vector<int64_t> Ns = o->tokens;
             if (Ns.empty()) Ns = {256, 32768, 1000000};
             const int64_t P = o->prefix >= 0 ? o->prefix : 4 * c.window;
@@ -66,7 +66,7 @@ Runner add_spans(CLI::App& app) {
   // Test only, as in `ced run`: a model that breaks one span shows that its row alone fails the verdict.
   sub->add_option("--fault", o->fault, "test only: inject a fault into the searched model")->group("");
   return {sub, [o] {
-            const Config c = load_config(o->config);
+            const Config c = load_lab_config(o->config);
             const Fault fault = parse_fault(o->fault);
             const Plan p = make_plan(c);
             const int64_t R = p.exact_replay(), encH = 1 + p.E * (p.W - 1);

@@ -67,7 +67,7 @@ Runner add_verify(CLI::App& app) {
   return {sub, [o] {
             Stopwatch sw;
             std::vector<std::string> failures;
-            const Config c = load_config(o->config);
+            const Config c = load_lab_config(o->config);
             const Plan p = make_plan(c);
             std::printf("ced verify (ced-harness %s): config %s\n", CED_VERSION, c.name.c_str());
             heading("layer plan");

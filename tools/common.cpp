@@ -1,16 +1,18 @@
 #include "tools/common.hpp"
 
 #include <fmt/format.h>
-#include <sys/resource.h>
+#include <fmt/ranges.h>
 
 #include <charconv>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <limits>
 #include <sstream>
 
 #include "io/atomic_write.hpp"
 #include "model/error.hpp"
+#include "models/family.hpp"
 
 namespace ced::tools {
 
@@ -70,15 +72,29 @@ CLI::Validator backend_name() {
 }
 
 void ModelOptions::add(CLI::App* sub, bool config_required) {
-  auto* o = sub->add_option("--config", config, "built-in name (tiny, small, v41-shape, bench, v41-flash) or TOML file");
+  auto* o = sub->add_option("--config", config, "built-in name (tiny, small, v41-shape, bench, lab-flash) or TOML file");
   if (config_required) o->required();
   sub->add_option("--weight-seed", weight_seed, "weight_seed of docs/spec.md §2")->capture_default_str()->transform(unsigned_integer());
   sub->add_option("--token-seed", token_seed, "token_seed of docs/spec.md §2")->capture_default_str()->transform(unsigned_integer());
   sub->add_option("--set", set, "override a config key, KEY=VALUE (repeatable), e.g. --set window=64");
 }
 
+Config load_lab_config(const std::string& arg) {
+  const ModelFamily& f = family_of_config(arg);
+  if (f.name != "lab") {
+    const std::vector<std::string> backends = backend_names_of_family(f.name);
+    throw InputError(fmt::format("--config {}: a config of the {} model family ({}), which {}; the lab family's "
+                                 "built-ins are {}",
+                                 arg, f.name, f.spec,
+                                 backends.empty() ? "has no backend in this build yet"
+                                                  : fmt::format("runs on {}", fmt::join(backends, ", ")),
+                                 fmt::join(model_family("lab").builtins, ", ")));
+  }
+  return load_config(arg);
+}
+
 Config ModelOptions::load() const {
-  Config c = load_config(config);
+  Config c = load_lab_config(config);
   for (const auto& kv : set) c = with_override(c, kv);
   return c;
 }
@@ -97,11 +113,6 @@ std::string first_config_difference(const Config& x, const Config& y, const std:
   return "";
 }
 
-double process_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  auto secs = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
-  return secs(u.ru_utime) + secs(u.ru_stime);
-}
+double process_cpu_seconds() { return double(std::clock()) / CLOCKS_PER_SEC; }
 
 }  // namespace ced::tools

@@ -36,6 +36,11 @@ CLI::Validator non_empty();
 CLI::Validator backend_name();
 
 // --config, --weight-seed, --token-seed: the model and its input (docs/spec.md §2).
+// The lab config a --config argument names (built-in name or TOML file). A config of another model family
+// (models/family.hpp) is an InputError naming its family and the backends the registry has for it: the
+// commands run the lab family's backends.
+Config load_lab_config(const std::string& arg);
+
 struct ModelOptions {
   std::string config = "tiny";
   uint64_t weight_seed = 0;
@@ -50,9 +55,8 @@ struct Stopwatch {
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
 };
 
-// User and system seconds of this process so far, all threads: the CPU time
-// of a stretch of work is the difference of two readings (a loaded machine
-// stretches wall time, much less this).
+// CPU seconds of this process so far, all threads (std::clock: user and system time): the CPU time of a
+// stretch of work is the difference of two readings (a loaded machine stretches wall time, much less this).
 double process_cpu_seconds();
 
 // The first key whose TOML line differs between two configs, as "KEY is A in

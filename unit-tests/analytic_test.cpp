@@ -1,4 +1,4 @@
-// docs/spec.md §7: the analytic oracle. The seed figures of v41-flash, FLOP counts of
+// docs/spec.md §7: the analytic oracle. The seed figures of lab-flash, FLOP counts of
 // the tiny config worked out by hand, the closed form against the
 // position-by-position reading of the same rules, and the ratio formulas.
 #include <gtest/gtest.h>
@@ -365,7 +365,7 @@ TEST(AnalyticFlops, BadQueriesAreInputErrors) {
 // ---- the §7 table ---------------------------------------------------------------------
 
 TEST(AnalyticTable, V41FlashSeedFiguresAreReproduced) {
-  const Config c = builtin_config("v41-flash");
+  const Config c = builtin_config("lab-flash");
   const OracleTable t = oracle_table(c, {256, 32768, 1000000}, 4096);
   EXPECT_EQ(t.exact_replay, 2541);
   EXPECT_EQ(t.report_upper, 2560);

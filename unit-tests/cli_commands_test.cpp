@@ -319,6 +319,25 @@ TEST(BenchCommand, TheF32ReferenceIsJudgedUnderFixedBoundsNotItsOwnError) {
       << r.out;
 }
 
+// Neither the f64 reference (judged bitwise) nor the f32 reference (the calibration's source) is handed a
+// calibration: a self-calibrating policy put in place of either's is refused with the policy's own line,
+// not fed the f32 reference's error (which would bound the f32 reference by itself).
+TEST(BenchCommand, TheUncalibratedBackendsAreGivenNoCalibration) {
+  const fs::path dir = scratch() / "golden-calibrating";
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(golden::default_golden_dir()))
+    if (e.path().extension() == ".toml") fs::copy_file(e.path(), dir / e.path().filename(), fs::copy_options::overwrite_existing);
+  for (const char* own : {"policy.toml", "policy-f32-fixed.toml"})
+    fs::copy_file(golden::default_golden_dir() / "policy-calibrated.toml", dir / own, fs::copy_options::overwrite_existing);
+  for (const char* backend : {"reference-f64", "reference"}) {
+    const Result r = run_ced(fmt::format("bench --config tiny --tokens 12 --decode 0 --repeat 1 --backend {} --golden {}",
+                                         backend, dir.string()));
+    EXPECT_EQ(r.code, 2) << backend << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find("is self-calibrating: it needs the reference's f32-vs-f64 error"), std::string::npos)
+        << backend << "\n" << r.err;
+  }
+}
+
 // What the validation judges against is the f64 reference: the f32
 // reference's measured error there, printed and in the JSON, is its error
 // against reference-f64 computed here the plain way (nonzero: f32 is not

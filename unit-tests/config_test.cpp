@@ -45,7 +45,7 @@ TEST(Builtins, TinyHasEveryLayerKind) {
 
 TEST(Builtins, V41ShapeHasTheExactDsv41Schedule) {
   const Config c = builtin_config("v41-shape");
-  const Config f = builtin_config("v41-flash");
+  const Config f = builtin_config("lab-flash");
   EXPECT_EQ(c.compress_ratios, f.compress_ratios);
   EXPECT_EQ(c.kv_source_layers, f.kv_source_layers);
   EXPECT_EQ(c.index_source_layers, f.index_source_layers);
@@ -171,7 +171,7 @@ TEST(Tokens, OutOfRangeTokenIsAnInputError) {
 
 TEST(MemoryEstimate, V41FlashNeedsFarMoreThanThisMachine) {
   // 24 GiB here; the real model's weights alone are hundreds of GB in f32.
-  EXPECT_GT(estimate_run_bytes(builtin_config("v41-flash"), 1, 4), 100e9);
+  EXPECT_GT(estimate_run_bytes(builtin_config("lab-flash"), 1, 4), 100e9);
 }
 
 TEST(Override, SetsOneKeyAndRevalidates) {

@@ -49,4 +49,29 @@ assert rows["cuda-bf16"]["fraction_of_cublas_peak"] == 0.05, rows
 assert summary(["gate-cuda\tpass\t0\t12\t", "bench-8192\ttimeout\t124\t120\t"])["overall"] == "fail"
 assert summary(["gate-cuda\tfail\t1\t12\t", "gate-bf16\tpass\t0\t1\t"])["overall"] == "fail"
 assert summary(["gate-cuda\tskipped\t77\t0\t", "sanitizer-memcheck\trefused\t-\t0\t"])["overall"] == "skipped"
+# The profile's key figures: the first value of a key is kept (ncu repeats a section per launch), a line of
+# another metric is not a key figure, and lines of any other shape are passed over.
+with open(os.path.join(d, "ncu-profile.txt"), "w") as f:
+    f.write("  void ced::cuda::topk_kernel(float const*) (4, 1, 1)x(128, 1, 1), Context 1, Stream 7\n"
+            "    Section: Occupancy\n"
+            "    Achieved Occupancy          %        61.5\n"
+            "    Unlisted Metric             %        12.0\n"
+            "    Achieved Occupancy          %        99.9\n"
+            "    ----------------------- ----------- ------------\n"
+            "    WRN   Uncoalesced global accesses\n")
+p = summary(["gate-cuda\tpass\t0\t12\t"])["profile"]
+assert p["kernel"] == "void ced::cuda::topk_kernel(float const*)", p
+assert p["figures"] == {"Achieved Occupancy": "61.5 %"}, p["figures"]
+assert p["advice"] == ["WRN   Uncoalesced global accesses"], p["advice"]
+
+# A steps line with fewer than five fields (a step killed while writing it) is passed over, not a crash.
+s = summary(["gate-cuda\tpass\t0\t12\t", "bench-1024\tpass", "gate-bf16\tfail\t1\t3\tbound"])
+assert [x["step"] for x in s["steps"]] == ["gate-cuda", "gate-bf16"], s["steps"]
+assert s["overall"] == "fail", s["overall"]
+
+# Called with the wrong number of arguments it prints its usage, not a traceback.
+for args in ([], [os.path.join(d, "steps.tsv")], ["a", "b", "c"]):
+    got = subprocess.run([sys.executable, tool] + args, capture_output=True, text=True)
+    assert got.returncode == 1 and "device-summary.py STEPS_TSV OUT_DIR" in got.stderr, (args, got.stderr)
+    assert "Traceback" not in got.stderr, (args, got.stderr)
 print("device-summary: every claim holds")

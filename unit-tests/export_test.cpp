@@ -384,12 +384,26 @@ TEST(ExportCommand, SetOverridesReachTheConfigMetadata) {
   EXPECT_EQ(config.at("window"), 5);
 }
 
+// The memory estimate of an export is for the scalar it generates: f64 values for --dtype f64, f32 for the
+// others; the refusal names which (the lab model at the released sizes needs more than any CI machine).
+TEST(ExportCommand, TheMemoryRefusalEstimatesTheDtypesOwnScalar) {
+  const fs::path out = scratch() / "never-flash.safetensors";
+  for (const auto& [dtype, run] : {std::pair{"f32", "a reference run"}, {"bf16", "a reference run"},
+                                   {"f64", "a reference-f64 run"}}) {
+    const Result r = run_ced(fmt::format("export --config lab-flash --dtype {} --out {}", dtype, out.string()));
+    EXPECT_EQ(r.code, 2) << dtype << ": " << r.err;
+    EXPECT_NE(r.err.find(fmt::format("config lab-flash: {} of 1 positions needs about", run)), std::string::npos)
+        << dtype << ": " << r.err;
+    EXPECT_FALSE(fs::exists(out)) << dtype;
+  }
+}
+
 TEST(ExportCommand, BadArgumentsExitTwoWithOneLineAndNoFile) {
   const fs::path out = scratch() / "never.safetensors";
   for (const std::string args :
        {"--config tiny --dtype f16", "--config tiny --format npz", "--config nope", "--config tiny --tokens 0",
         "--config tiny --tokens 5x", "--config tiny --weight-seed -1", "--config tiny --set window=0",
-        "--config v41-flash"}) {
+        "--config lab-flash", "--config v41-flash"}) {
     const Result r = run_ced(fmt::format("export {} --out {}", args, out.string()));
     EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;

@@ -80,6 +80,22 @@ TEST(GoldenCalibration, WrittenCalibrationReadsBackBitForBit) {
   }
 }
 
+// Measuring prints one line per golden file when asked to (`ced golden calibrate`), and nothing otherwise
+// (the gate and the library callers measure quietly).
+TEST(GoldenCalibration, MeasuringPrintsALinePerFileOnlyWhenVerbose) {
+  const fs::path dir = scratch("verbose");
+  fs::copy_file(golden::default_golden_dir() / "tiny.h5", dir / "tiny.h5");
+  ::testing::internal::CaptureStdout();
+  const auto quiet = golden::measure_golden_calibration(dir, false);
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "");
+  ::testing::internal::CaptureStdout();
+  const auto loud = golden::measure_golden_calibration(dir, true);
+  const std::string said = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(loud.files.size(), 1u);
+  EXPECT_EQ(said, "calibrated tiny.h5 (" + std::to_string(loud.files.at("tiny.h5").tensors.size()) + " tensors)\n");
+  EXPECT_EQ(quiet.files.at("tiny.h5").tensors.size(), loud.files.at("tiny.h5").tensors.size());
+}
+
 TEST(GoldenCalibration, CommittedFileCoversEveryGoldenFileAsItIs) {
   const fs::path dir = golden::default_golden_dir();
   const auto cal = golden::read_golden_calibration(dir);

@@ -39,3 +39,12 @@ TEST(PolicyMessages, ViolationLineStatesTheBoundAndClosesItsDetail) {
   const Violation lower{"min_cosine", 0.5, 0.99, ""};
   EXPECT_EQ(lower.line(), "min_cosine: measured 0.5 < limit 0.99");
 }
+
+// A rule is named by its number in the file, then its pattern in quotes: "[[rule]] 2 ('runs/*/logits')"
+// (a rule without a pattern by its number alone).
+TEST(PolicyMessages, ARuleIsNamedByItsNumberThenItsPattern) {
+  EXPECT_EQ(refusal("[[rule]]\npattern = \"a\"\nreason = \"r\"\natol = 1.0\n"
+                    "[[rule]]\npattern = \"runs/*/logits\"\natol = 1.0\n"),
+            "policy: my-policy.toml:5: [[rule]] 2 ('runs/*/logits') has no 'reason': every tolerance needs one");
+  EXPECT_EQ(refusal("[[rule]]\nreason = \"r\"\natol = 1.0\n"), "policy: my-policy.toml:1: [[rule]] 1 has no 'pattern'");
+}

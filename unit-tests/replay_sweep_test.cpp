@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <vector>
 
 #include "model/config.hpp"
 #include "model/plan.hpp"
@@ -209,12 +210,30 @@ TEST(ReplaySweep, CsvHasAHeaderAndOneLinePerRow) {
   ASSERT_TRUE(std::getline(in, line));
   EXPECT_EQ(line, "kind,n_prompt,replay,prefix,layer,step,rel_l2,max_abs,kl,top1,bitwise_exact");
   size_t n = 0;
+  bool resumed = false;  // a resume row, whose prefix is not -1 and differs from its replay, is among them
   for (; std::getline(in, line); ++n) {
     ASSERT_LT(n, s.rows.size());
-    EXPECT_EQ(line.substr(0, line.find(',')), s.rows[n].kind);
-    EXPECT_EQ(line.back(), s.rows[n].exact ? '1' : '0') << line;
+    const DriftRow& r = s.rows[n];
+    std::vector<std::string> f;
+    std::istringstream fields(line);
+    for (std::string x; std::getline(fields, x, ',');) f.push_back(x);
+    ASSERT_EQ(f.size(), 11u) << line;
+    // each column under its own header, the integers exactly and the metrics to the printed digits
+    EXPECT_EQ(f[0], r.kind);
+    EXPECT_EQ(std::stoll(f[1]), r.n_prompt) << line;
+    EXPECT_EQ(std::stoll(f[2]), r.replay) << line;
+    EXPECT_EQ(std::stoll(f[3]), r.prefix) << line;
+    EXPECT_EQ(std::stoll(f[4]), r.layer) << line;
+    EXPECT_EQ(std::stoll(f[5]), r.step) << line;
+    EXPECT_EQ(f[6], fmt::format("{:.6e}", r.rel_l2)) << line;
+    EXPECT_EQ(f[7], fmt::format("{:.6e}", r.max_abs)) << line;
+    EXPECT_EQ(f[8], fmt::format("{:.6e}", r.kl)) << line;
+    EXPECT_EQ(f[9], fmt::format("{:.4f}", r.top1)) << line;
+    EXPECT_EQ(f[10], r.exact ? "1" : "0") << line;
+    resumed |= r.prefix >= 0 && r.prefix != r.replay;
   }
   EXPECT_EQ(n, s.rows.size());
+  EXPECT_TRUE(resumed);
 }
 
 TEST(ReplaySweep, TableListsEveryLengthEveryLayerAndEveryResume) {
@@ -297,6 +316,27 @@ TEST(ReplaySweep, SvgAxisTitlesSitBelowTheirPanels) {
     const double y = number_after(svg.rfind("<text ", end), " y=\"");
     EXPECT_GT(y, bottom + 14) << title << ": the tick labels sit 14 px below the frame\n" << svg;
   }
+}
+
+// Each series' legend label starts inside its panel, right of the frame's left edge (text drawn on the edge
+// runs into the frame's stroke) and left of its right edge.
+TEST(ReplaySweep, SvgLegendLabelsStartInsideTheirPanels) {
+  const std::string svg = drift_svg(sweep().rows, "tiny");
+  auto number_after = [&](size_t at, const std::string& key) { return std::stod(svg.substr(svg.find(key, at) + key.size())); };
+  std::vector<std::pair<double, double>> frames;  // [left, right) of each panel's <rect x= ... fill="none">
+  for (size_t at = svg.find("<rect x="); at != std::string::npos; at = svg.find("<rect x=", at + 1))
+    frames.emplace_back(number_after(at, " x=\""), number_after(at, " x=\"") + number_after(at, " width=\""));
+  ASSERT_EQ(frames.size(), 2u) << svg;
+  size_t labels = 0;  // legend labels are the texts with a fill colour
+  for (size_t at = svg.find("<text x="); at != std::string::npos; at = svg.find("<text x=", at + 1)) {
+    const std::string tag = svg.substr(at, svg.find('>', at) - at);
+    if (tag.find(" fill=") == std::string::npos) continue;
+    ++labels;
+    const double x = number_after(at, " x=\"");
+    EXPECT_TRUE(std::any_of(frames.begin(), frames.end(), [&](auto f) { return f.first < x && x < f.second; }))
+        << tag << ": outside every panel";
+  }
+  EXPECT_EQ(labels, 3u) << svg;  // prefill and decode in the first panel, the layers in the second
 }
 
 // The table's decode columns, on rows made by hand: per N the largest decode-step rel L2 (not

@@ -227,27 +227,40 @@ V41Config make_flash() {
 
 }  // namespace
 
+namespace {
+
+// The one table of built-ins: each name with the function that makes it.
+struct Builtin {
+  const char* name;
+  V41Config (*make)();
+};
+constexpr Builtin kBuiltins[] = {{"v41-tiny", make_tiny}, {"v41-wide", make_wide}, {"v41-ced", make_ced},
+                                 {"v41-flash", make_flash}};
+
+}  // namespace
+
 const std::vector<std::string>& v41_builtin_names() {
-  static const std::vector<std::string> n = {"v41-tiny", "v41-wide", "v41-ced", "v41-flash"};
-  return n;
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& b : kBuiltins) n.emplace_back(b.name);
+    return n;
+  }();
+  return names;
 }
 
 bool is_v41_builtin(std::string_view name) {
-  const auto& n = v41_builtin_names();
-  return std::find(n.begin(), n.end(), name) != n.end();
+  return std::any_of(std::begin(kBuiltins), std::end(kBuiltins), [&](const Builtin& b) { return name == b.name; });
 }
 
 V41Config v41_builtin_config(std::string_view name) {
-  V41Config c;
-  if (name == "v41-tiny") c = make_tiny();
-  else if (name == "v41-wide") c = make_wide();
-  else if (name == "v41-ced") c = make_ced();
-  else if (name == "v41-flash") c = make_flash();
-  else
-    throw InputError(fmt::format("v41 config: unknown built-in '{}' (built-ins: {})", name,
-                                 fmt::join(v41_builtin_names(), ", ")));
-  validate_v41(c);
-  return c;
+  for (const auto& b : kBuiltins)
+    if (name == b.name) {
+      V41Config c = b.make();
+      validate_v41(c);
+      return c;
+    }
+  throw InputError(fmt::format("v41 config: unknown built-in '{}' (built-ins: {})", name,
+                               fmt::join(v41_builtin_names(), ", ")));
 }
 
 }  // namespace ced::v41

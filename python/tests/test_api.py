@@ -118,6 +118,24 @@ def test_run_returns_numpy_logits_positions_layers_and_attributes(tiny):
     assert r.layers[3].out.shape == (len(r.layers[3].positions), 32)
 
 
+def test_token_ids_are_checked_against_int32_at_its_exact_bounds(tiny):
+    # one past either end of int32 cannot be held at all; the ends themselves are int32s, refused only as
+    # outside the vocabulary (docs/spec.md §2.3), with that message
+    for t in (2**31, -2**31 - 1):
+        with pytest.raises(ced.InputError, match=f"token 1 is {t}, outside int32"):
+            ced.run(tiny, [1, t])
+    for t in (2**31 - 1, -2**31):
+        with pytest.raises(ced.InputError, match=rf"token {t} at index 1 is out of range \[0, 97\)"):
+            ced.run(tiny, [1, t])
+
+
+def test_a_result_that_counted_no_flops_reports_zero(tiny):
+    # a result an engine builds (or one from a backend without a counter) has no per-layer counts: 0, not
+    # a made-up figure; a reference run counts its own
+    assert ced.RunResult().flops == 0
+    assert ced.run(tiny, 5).flops > 0
+
+
 def test_exact_replay_equals_full_at_the_last_position_and_bounded_does_not_always(tiny):
     toks = ced.tokens(tiny, 40, seed=3)
     full = ced.run(tiny, toks, logits="last")
