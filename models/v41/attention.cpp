@@ -71,7 +71,7 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
   // score[t, j] = Σ_h bf16(relu(bf16(q_th · k_j)) · w_th), the head sum in fp32, then bf16.
   Vec score(static_cast<size_t>(N * T));
   const Vec& ik = shared.index_k;
-#pragma omp parallel for schedule(static) if (N * T * IH * ID > (1 << 16))
+#pragma omp parallel for schedule(static) if (N * T * IH * ID > kParallelWork)
   for (int64_t t = 0; t < N; ++t)
     for (int64_t j = 0; j < T; ++j) {
       double s = 0.0;

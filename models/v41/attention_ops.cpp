@@ -26,7 +26,7 @@ void sparse_attn(const Arith& a, std::span<const double> q, int64_t N, int64_t H
                  std::span<const double> kv, std::span<const double> sink, std::span<const int32_t> idxs,
                  int64_t k, double softmax_scale, std::span<double> out) {
   const double scale = a.c(softmax_scale), ninf = -std::numeric_limits<double>::infinity();
-#pragma omp parallel for schedule(static) if (N * H * k * d > (1 << 16))
+#pragma omp parallel for schedule(static) if (N * H * k * d > kParallelWork)
   for (int64_t t = 0; t < N; ++t) {
     std::vector<double> s(kAttnBlock), acc(static_cast<size_t>(d));
     for (int64_t h = 0; h < H; ++h) {

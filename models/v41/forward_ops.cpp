@@ -8,10 +8,6 @@
 
 namespace ced::v41::fwd {
 
-// Parallel regions open only past this much work; each output row belongs to one thread, so the
-// result does not depend on the thread count.
-constexpr int64_t kParallelWork = 1 << 16;
-
 void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std::span<const double> W,
             int64_t Nout, std::span<double> Y, bool out_bf16) {
 #pragma omp parallel for schedule(static) if (M * K * Nout > kParallelWork)

@@ -44,6 +44,10 @@ struct Arith {
 
 // ---- linear algebra (fixed orders: every reduction runs in index order, one thread per output row)
 
+// Parallel regions (linear, sparse_attn, the index scores) open only past this much work; each
+// output row belongs to one thread, so no result depends on the thread count.
+inline constexpr int64_t kParallelWork = 1 << 16;
+
 // Y[M, Nout] = X[M, K] · W[Nout, K]ᵀ, each dot product summed in K order with fp32 (bf16) or double
 // (f64) partials; out_bf16: the result is a bf16 tensor (rounded once at the end).
 void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std::span<const double> W,
