@@ -9,7 +9,10 @@ passes both paths). Writes OUT (safetensors) holding, as F32 / I32 / I8 tensors:
   head op, F.linear(final_normed.float(), head.float()), over every position), layer{i}_in,
   layer{i}_engram_in [N, hc, dim], layer{i}_pre_mix [N, hc], layer{i}_engram_hash_ids [N, cols],
   layer{i}_topk_idxs [N, k], layer{i}_compress_kv, layer{i}_index_k, layer{i}_candidates (I8),
-  final_collapsed, final_normed [N, dim]; engram_token_map [V]; engram_multipliers_hi/_lo
+  final_collapsed, final_normed [N, dim]; layer{i}_attn_x, _attn_out, _ffn_x, _ffn_out [N, dim] (each
+  Attention's and MoE's input and output), layer{i}_latent (a kv source's compressor output, before RoPE),
+  layer{i}_gate_experts / _gate_weights [N, k] (ascending expert id), layer{i}_attn_q [N, H, hd],
+  _attn_kv [rows, hd], _attn_idx [N, k], _attn_o [N, H, hd] (sparse_attn's inputs and output); engram_token_map [V]; engram_multipliers_hi/_lo
   [layers, max_ngram] (the int64 multipliers as two 32-bit halves); rope_{swa,compressed}_{cos,sin}
   [N, rope_head_dim / 2] (the official precompute_freqs_cis). Metadata: the official run's JSON line,
   the weights file's path and the .npz's meta.
@@ -72,6 +75,28 @@ def main() -> int:
         elif name == "Compressor" and outp is not None:
             extra[f"layer{current['attn']}_latent"] = outp[0].float().numpy().copy()
 
+    # sparse_attn's inputs and output per layer: model.py calls the kernel module's function through its
+    # own global, so observing it means wrapping that global once the module is loaded (observation
+    # only: the run's logits sha256 is the same with and without it).
+    load_official = RO.load_official
+
+    def load_and_observe(*a, **k):
+        M, K = load_official(*a, **k)
+        kernel_sparse_attn = M.sparse_attn
+
+        def observed(q, kv, sink, idx, scale):
+            o = kernel_sparse_attn(q, kv, sink, idx, scale)
+            L = current["attn"]
+            extra[f"layer{L}_attn_q"] = q[0].float().numpy().copy()
+            extra[f"layer{L}_attn_kv"] = kv[0].float().numpy().copy()
+            extra[f"layer{L}_attn_idx"] = idx[0].numpy().astype(np.int32)
+            extra[f"layer{L}_attn_o"] = o[0].float().numpy().copy()
+            return o
+
+        M.sparse_attn = observed
+        return M, K
+
+    RO.load_official = load_and_observe
     h1 = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
     h2 = torch.nn.modules.module.register_module_forward_hook(post_hook)
     argv = ["--preset", args.preset, "--mode", args.mode, "--n", str(args.n), "--threads", str(args.threads),

@@ -176,6 +176,10 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
   }
   Vec o(static_cast<size_t>(N * H * hd));
   sparse_attn(L.a, q, N, H, hd, kv, L.w.attn_sink, idx, k, std::pow(static_cast<double>(hd), -0.5), o);
+  cap.attn_q = q;
+  cap.attn_kv = kv;
+  cap.attn_idx = idx;
+  cap.attn_o = o;
   rope_rows(L, o, N, H, hd, at_t, true);
 
   // The grouped output: o as [N, G, H hd / G], each group through its own [o_lora_rank, H hd / G]

@@ -64,6 +64,10 @@ struct V41LayerCapture {
   std::vector<double> attn_x, attn_out;  // [N, dim] the attention's input (attn_norm's output), its output
   std::vector<double> ffn_x, ffn_out;    // [N, dim] the MoE's input (ffn_norm's output), its output
   std::vector<double> latent;            // [N / ratio, head_dim] kv sources: the compressor's RoPE-free latent
+  std::vector<double> attn_q;            // [N, n_heads, head_dim] sparse_attn's query (after RoPE)
+  std::vector<double> attn_kv;           // [N + N / ratio, head_dim] its rows: window KV, then compressed KV
+  std::vector<int32_t> attn_idx;         // [N, k] its index lists: window, then compressed (offset by N)
+  std::vector<double> attn_o;            // [N, n_heads, head_dim] its output (before the inverse RoPE)
   std::vector<int32_t> experts;          // [N, n_activated_experts] the routed experts, ascending
   std::vector<double> expert_weights;    // [N, n_activated_experts] their route weights, alongside
   std::vector<double> out;          // streams leaving the block

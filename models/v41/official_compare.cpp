@@ -197,6 +197,14 @@ int run(int argc, char** argv) {
                                   std::pair{"ffn_x", &c.ffn_x}, std::pair{"ffn_out", &c.ffn_out}})
       if (cap.has(layer_key(l, what)) && !v->empty())
         rep.add(fmt::format("layer{} {}", l, what), *v, cap.get(layer_key(l, what)), tag);
+    for (const auto& [what, v] : {std::pair{"attn_q", &c.attn_q}, std::pair{"attn_kv", &c.attn_kv},
+                                  std::pair{"attn_o", &c.attn_o}})
+      if (cap.has(layer_key(l, what)) && !v->empty())
+        rep.add(fmt::format("layer{} {}", l, what), *v, cap.get(layer_key(l, what)), tag);
+    if (cap.has(layer_key(l, "attn_idx"))) {
+      std::vector<double> ours(c.attn_idx.begin(), c.attn_idx.end());
+      rep.add(fmt::format("layer{} attn_idx", l), ours, cap.get(layer_key(l, "attn_idx")), tag);
+    }
     if (!c.latent.empty() && cap.has(layer_key(l, "latent")))
       rep.add(fmt::format("layer{} latent", l), c.latent, cap.get(layer_key(l, "latent")), tag);
     if (!c.experts.empty() && cap.has(layer_key(l, "gate_experts"))) {
@@ -249,6 +257,32 @@ int run(int argc, char** argv) {
       V41LayerCapture sa, sm;
       const auto ao = model.attention(l, cap.get(layer_key(l, "attn_x")), N, before, sa);
       rep.add(fmt::format("layer{} attn_out (forced x)", l), ao, cap.get(layer_key(l, "attn_out")), tag);
+      for (const auto& [what, v] : {std::pair{"attn_q", &sa.attn_q}, std::pair{"attn_kv", &sa.attn_kv},
+                                    std::pair{"attn_o", &sa.attn_o}})
+        if (cap.has(layer_key(l, what)))
+          rep.add(fmt::format("layer{} {} (forced x)", l, what), *v, cap.get(layer_key(l, what)), tag);
+      for (const auto& [what, v] : {std::pair{"attn_q", &sa.attn_q}, std::pair{"attn_kv", &sa.attn_kv},
+                                    std::pair{"attn_o", &sa.attn_o}})
+        if (cap.has(layer_key(l, what)))
+          rep.add(fmt::format("layer{} {} (forced x)", l, what), *v, cap.get(layer_key(l, what)), tag);
+      if (std::getenv("CED_DEBUG_ROWS")) {
+        const auto ref = cap.get(layer_key(l, "attn_out"));
+        std::string rows;
+        for (int64_t t = 0; t < N; ++t) {
+          int64_t bad = 0;
+          for (int64_t d = 0; d < D; ++d) bad += ao[t * D + d] != ref[t * D + d];
+          if (bad) rows += fmt::format(" {}:{}", t, bad);
+        }
+        fmt::print("layer {} attn_out rows differing:{}\n", l, rows);
+        if (cap.has(layer_key(l, "topk_idxs"))) {
+          const auto tk = cap.ints(layer_key(l, "topk_idxs"));
+          int64_t bad = 0;
+          for (size_t i = 0; i < tk.size(); ++i) bad += tk[i] != sa.topk_idxs[i];
+          fmt::print("  forced topk entries differing: {} of {}; row 9 ours/official:", bad, tk.size());
+          for (int64_t j = 0; j < sa.topk; ++j) fmt::print(" {}/{}", sa.topk_idxs[9 * sa.topk + j], tk[9 * sa.topk + j]);
+          fmt::print("\n");
+        }
+      }
       const auto mo = model.moe(l, cap.get(layer_key(l, "ffn_x")), N, sm);
       rep.add(fmt::format("layer{} ffn_out (forced x)", l), mo, cap.get(layer_key(l, "ffn_out")), tag);
       std::vector<double> e(sm.experts.begin(), sm.experts.end());
