@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docs/v41.md §8.10: run the official V4.1 code on a preset and compare our prefill with it layer by
+# docs/v41.md §9.4: run the official V4.1 code on a preset and compare our prefill with it layer by
 # layer (teacher forced) and end to end. Needs torch: runs where the official folder and a venv are.
 #   scripts/v41-official-compare.sh OFFICIAL_DIR VENV_PYTHON [--preset tiny|wide] [--mode bf16] [--n 17]
 #       [--regime bf16|f64] [--build build]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run DeepSeek's official V4.1 inference code (a folder holding run_official.py, its CPU kernel port and
 the official inference/ files) on a preset, and convert its capture (.npz) into a safetensors file the
-C++ side reads (ced::read_safetensors): docs/v41.md §8.10.
+C++ side reads (ced::read_safetensors): docs/v41.md §9.4.
 
 Run it with the python of a venv that has torch, numpy and safetensors (scripts/v41-official-compare.sh
 passes both paths). Writes OUT (safetensors) holding, as F32 / I32 / I8 tensors:

@@ -1,7 +1,7 @@
 // docs/v41.md §8: the v41 prefill's parts, each against an independent plain formulation on
 // hand-made inputs, and the whole prefill's causality, plan roles, teacher forcing and thread
 // invariance on random weights in the release's layout. No torch: the comparison with the official
-// code is scripts/v41-official-compare.sh (docs/v41.md §8.10).
+// code is scripts/v41-official-compare.sh (docs/v41.md §9.4).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -266,7 +266,7 @@ TEST(V41Mhc, CollapseAndExpandAreThePlainSums) {
     }
 }
 
-// ---- MoE (docs/v41.md §8.8) ----
+// ---- MoE (docs/v41.md §9.1) ----
 
 TEST(V41Moe, GateSelectsByBiasedScoresAndWeighsByUnbiasedOnes) {
   // Logits 0.5, 2, 1, 25 (softplus is the identity above 20), bias favouring expert 0.
@@ -384,6 +384,12 @@ TEST(V41Candidates, KeepsTheTopBlocksPinsTheNewestAndDropsUnreachableOnes) {
   std::vector<uint8_t> m2(s2.size());
   candidate_blocks(s2, 2, 3, 4, false, m2);
   EXPECT_EQ(m2, (std::vector<uint8_t>{1, 1, 1, 1, 0, 0, 0, 0}));
+  // Visible 8, a multiple of the block: the newest position 7 is in block 1, which is pinned although
+  // block 2 (positions 8.., unreachable) is not, and block 0 outscores it.
+  std::vector<double> s4{0.9, 0.8, 0.7, 0.6, /**/ 0.1, 0.1, 0.1, 0.1, /**/ -kInf, -kInf, -kInf, -kInf};
+  std::vector<uint8_t> m4(s4.size());
+  candidate_blocks(s4, 8, 1, 4, false, m4);
+  EXPECT_EQ(m4, (std::vector<uint8_t>{0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0}));
   // Visible 0 pins nothing, and nothing is reachable.
   std::vector<double> s3(8, -kInf);
   std::vector<uint8_t> m3(8);
@@ -461,6 +467,10 @@ TEST(V41QdqF64, DoubleQuantizersAgreeWithTheFp32OnesOnBf16Values) {
       EXPECT_EQ(b64[i], b32[i]) << "fp4 " << scale << " " << i;
     }
   }
+  // The scale rule at and around a power of two: 2^ceil(log2 p), so p = 0.5 stays 0.5, 0.75 goes to 1.
+  EXPECT_EQ(ue8m0_scale_f64(0.5, 1.0), 0.5);
+  EXPECT_EQ(ue8m0_scale_f64(0.75, 1.0), 1.0);
+  EXPECT_EQ(ue8m0_scale_f64(896.0, 1.0 / 448.0), 2.0);
   // The grids' midpoints go to the even code: e4m3 1 + 1/16 -> 1, 1 + 3/16 -> 1.25; e2m1 as §2.4.
   EXPECT_EQ(e4m3_round_f64(1.0625), 1.0);
   EXPECT_EQ(e4m3_round_f64(1.1875), 1.25);
@@ -472,7 +482,7 @@ TEST(V41QdqF64, DoubleQuantizersAgreeWithTheFp32OnesOnBf16Values) {
   EXPECT_TRUE(std::signbit(e2m1_round_f64(-0.1)));
 }
 
-// ---- the whole prefill on random weights (docs/v41.md §8.9) ----
+// ---- the whole prefill on random weights (docs/v41.md §9.3) ----
 
 TEST(V41Prefill, IsCausalEveryCaptureOfAPositionIgnoresLaterTokens) {
   for (V41Regime r : {V41Regime::f64, V41Regime::bf16}) {

@@ -1,4 +1,4 @@
-// docs/v41.md §8.7: Engram (model.py Engram, ParallelEngramEmbedding; engram.py NgramHashState):
+// docs/v41.md §9.2: Engram (model.py Engram, ParallelEngramEmbedding; engram.py NgramHashState):
 // the n-gram hash ids of a prompt and the gated lookup added to the four streams.
 #include <algorithm>
 #include <cmath>

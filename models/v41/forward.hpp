@@ -25,7 +25,7 @@ const std::vector<std::string>& v41_regime_names();  // "f64", "bf16"
 const char* v41_regime_name(V41Regime r);
 V41Regime v41_regime_from_name(std::string_view name);  // InputError naming the known ones
 
-// How token ids become Engram hash ids (docs/v41.md §8.7): the tokenizer's compressed token map
+// How token ids become Engram hash ids (docs/v41.md §9.2): the tokenizer's compressed token map
 // [vocab_size] and, per Engram layer, its max_ngram_size odd multipliers (engram.py derives them
 // from NumPy's default_rng(10007 * layer)). Empty when the config has no Engram layers.
 struct V41EngramHashing {
@@ -47,7 +47,7 @@ struct V41SharedAttention {
   std::vector<uint8_t> candidates; // [N, compress_rows] of the candidate source; empty before it
 };
 
-// One block's captures (docs/v41.md §8.9). Streams are [N, hc_mult, dim] in row-major order.
+// One block's captures (docs/v41.md §9.3). Streams are [N, hc_mult, dim] in row-major order.
 struct V41LayerCapture {
   int64_t layer = 0;
   std::vector<double> engram_in;    // streams before Engram (Engram layers only)

@@ -128,7 +128,7 @@ std::vector<double> compress_pool(const Arith& a, std::span<const double> kv, st
 void candidate_blocks(std::span<const double> score, int64_t visible, int64_t topk_blocks, int64_t block_size,
                       bool as_fp32, std::span<uint8_t> mask);
 
-// ---- MoE (docs/v41.md §8.8)
+// ---- MoE (docs/v41.md §9.1)
 
 // The gate of one token: scores = sqrt(softplus(logits / gate_temp)), top-k of scores + bias, weights
 // = the unbiased scores of the chosen, / (their sum + 1e-20) when norm_topk_prob, × route_scale.

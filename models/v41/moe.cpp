@@ -1,4 +1,4 @@
-// docs/v41.md §8.8: the MoE (model.py Gate, Expert, MoE): the sqrt-softplus gate with its bias and
+// docs/v41.md §9.1: the MoE (model.py Gate, Expert, MoE): the sqrt-softplus gate with its bias and
 // 1e-20 renormalisation, clamped SwiGLU on routed and shared experts, the fp32 sum in ascending
 // expert order, then the shared expert, then one bf16 rounding.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// docs/v41.md §8.10: a test-only driver that runs our prefill on the weights the official oracle
+// docs/v41.md §9.4: a test-only driver that runs our prefill on the weights the official oracle
 // generated and compares it with the oracle's capture (scripts/v41_official_capture.py's file), end to
 // end and layer by layer with teacher forcing. It reports; it does not judge (exit 0 after a report,
 // 2 on bad input). Run through scripts/v41-official-compare.sh.
