@@ -447,6 +447,45 @@ TEST(V41SparseAttn, OnlineSoftmaxEqualsThePlainSoftmaxWithTheSinkInTheDenominato
   for (double v : out) EXPECT_EQ(v, 0.0);
 }
 
+// ---- the release regime's block-scaled linear (docs/v41.md §8.1) ----
+
+TEST(V41Release, BlockScaledLinearSumsFp32PartialsPer32InKOrderOverQuantizedInputs) {
+  const int64_t M = 3, K = 64, N = 5;
+  std::mt19937_64 rng(test_seed());
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<double> X(M * K);
+  for (auto& v : X) v = round_bf16(static_cast<float>(nd(rng)));
+  X[7] = 300.0;  // a block whose scale is not 1
+  // An FP8 weight: e4m3 codes times one scale per 32x32 tile (2^-3 and 2^-5 for the two K tiles).
+  V41Linear w;
+  w.out = N, w.in = K, w.kind = V41Linear::Kind::Fp8Tiles, w.scale = {0x1p-3, 0x1p-5};
+  for (int64_t o = 0; o < N; ++o)
+    for (int64_t k = 0; k < K; ++k) w.w.push_back(f32_from_e4m3(e4m3_from_f32(static_cast<float>(nd(rng)))) * w.scale[k / 32]);
+  std::vector<double> Y(M * N), Yb(M * N);
+  const Arith rel(V41Regime::release);
+  linear_w(rel, X, M, w, Y, true);
+  linear_w(kBf16, X, M, w, Yb, true);  // the bf16 regime: no input quantization
+  // The plain formula: each row's blocks quantized (s = 2^ceil(log2(amax/448)), codes e4m3(x/s)),
+  // per block p = Σ code_a·code_w (float, K order), acc += p·s_a·s_w (float), bf16 at the end.
+  bool differs_from_bf16 = false;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t o = 0; o < N; ++o) {
+      float acc = 0;
+      for (int64_t b = 0; b < 2; ++b) {
+        float amax = 1e-4f;
+        for (int64_t k = 32 * b; k < 32 * b + 32; ++k) amax = std::max(amax, static_cast<float>(std::fabs(X[m * K + k])));
+        const float sa = ue8m0_scale(amax, kFp8MaxInv);
+        float p = 0;
+        for (int64_t k = 32 * b; k < 32 * b + 32; ++k)
+          p += f32_from_e4m3(e4m3_from_f32(static_cast<float>(X[m * K + k]) / sa)) * static_cast<float>(w.w[o * K + k] / w.scale[b]);
+        acc += p * sa * static_cast<float>(w.scale[b]);
+      }
+      EXPECT_EQ(Y[m * N + o], round_bf16(acc)) << m << " " << o;
+      differs_from_bf16 |= Y[m * N + o] != Yb[m * N + o];
+    }
+  EXPECT_TRUE(differs_from_bf16) << "the input's FP8 rounding must show";
+}
+
 // ---- the f64 quantization points (docs/v41.md §3.8) ----
 
 TEST(V41QdqF64, DoubleQuantizersAgreeWithTheFp32OnesOnBf16Values) {

@@ -15,7 +15,7 @@ using Vec = std::vector<double>;
 
 Vec lin(const LayerCtx& L, std::span<const double> x, int64_t M, const V41Linear& w, bool out_bf16) {
   Vec y(static_cast<size_t>(M * w.out));
-  linear(L.a, x, M, w.in, w.w, w.out, y, out_bf16);
+  linear_w(L.a, x, M, w, y, out_bf16);
   return y;
 }
 

@@ -33,7 +33,7 @@ void engram_forward(const LayerCtx& L, std::span<double> streams, std::span<cons
       std::copy_n(L.w.engram_table.begin() + row * ed, ed, emb.begin() + (t * cols + j) * ed);
     }
   std::vector<double> kv(static_cast<size_t>(N * (hc + 1) * D));
-  linear(a, emb, N, cols * ed, L.w.engram_wkv.w, (hc + 1) * D, kv, true);
+  linear_w(a, emb, N, L.w.engram_wkv, kv, true);
 
   const double eps = a.c(c.norm_eps), inv_sqrt_d = a.c(std::pow(static_cast<double>(D), -0.5));
   for (int64_t t = 0; t < N; ++t) {

@@ -13,15 +13,18 @@
 namespace ced::v41 {
 
 const std::vector<std::string>& v41_regime_names() {
-  static const std::vector<std::string> names{"f64", "bf16"};
+  static const std::vector<std::string> names{"f64", "bf16", "release"};
   return names;
 }
 
-const char* v41_regime_name(V41Regime r) { return r == V41Regime::f64 ? "f64" : "bf16"; }
+const char* v41_regime_name(V41Regime r) {
+  return r == V41Regime::f64 ? "f64" : r == V41Regime::bf16 ? "bf16" : "release";
+}
 
 V41Regime v41_regime_from_name(std::string_view name) {
   if (name == "f64") return V41Regime::f64;
   if (name == "bf16") return V41Regime::bf16;
+  if (name == "release") return V41Regime::release;
   throw InputError(fmt::format("v41 regime '{}': unknown (known: {})", name, fmt::join(v41_regime_names(), ", ")));
 }
 

@@ -20,8 +20,11 @@ namespace ced::v41 {
 // per 16, index q/k FP4 per 32) in double, nothing else rounded. bf16: the official dtype="bf16"
 // run: weights dequantized to bf16 (fp32 where model.py keeps them fp32), bf16 activations between
 // ops, fp32 arithmetic inside them, the same quantization points.
-enum class V41Regime { f64, bf16 };
-const std::vector<std::string>& v41_regime_names();  // "f64", "bf16"
+// release: the official dtype="fp8" run: as bf16, and every FP8/FP4 linear's input FP8-quantized per
+// 32 (act_quant) with the product block-scaled (fp32 partials per 32 along K, scaled and summed in K
+// order), the weights as stored.
+enum class V41Regime { f64, bf16, release };
+const std::vector<std::string>& v41_regime_names();  // "f64", "bf16", "release"
 const char* v41_regime_name(V41Regime r);
 V41Regime v41_regime_from_name(std::string_view name);  // InputError naming the known ones
 

@@ -22,6 +22,32 @@ void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std
   }
 }
 
+void linear_w(const Arith& a, std::span<const double> X, int64_t M, const V41Linear& w, std::span<double> Y,
+              bool out_bf16) {
+  if (!a.release || w.kind == V41Linear::Kind::Plain) return linear(a, X, M, w.in, w.w, w.out, Y, out_bf16);
+  const int64_t K = w.in, N = w.out, nb = K / kFp8Block, tiles_in = (K + 31) / 32;
+  std::vector<float> xf(X.begin(), X.end()), xs(static_cast<size_t>(M * nb));
+  std::vector<uint8_t> codes(xf.size());
+  act_quant(xf, K, codes, xs);
+#pragma omp parallel for schedule(static) if (M * K * N > kParallelWork)
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t o = 0; o < N; ++o) {
+      double acc = 0.0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const double ws = w.kind == V41Linear::Kind::Fp8Tiles ? w.scale[static_cast<size_t>((o / 32) * tiles_in + b)]
+                                                              : w.scale[static_cast<size_t>(o * nb + b)];
+        double part = 0.0;
+        for (int64_t k = b * kFp8Block; k < (b + 1) * kFp8Block; ++k) {
+          const double ac = f32_from_e4m3(codes[static_cast<size_t>(m * K + k)]);
+          const double wc = w.w[static_cast<size_t>(o * K + k)] / ws;  // the code's value: exact
+          part = a.add(part, a.mul(ac, wc));
+        }
+        acc = a.add(acc, a.mul(a.mul(part, xs[static_cast<size_t>(m * nb + b)]), ws));
+      }
+      Y[static_cast<size_t>(m * N + o)] = out_bf16 ? a.bf(acc) : acc;
+    }
+}
+
 void rmsnorm(const Arith& a, std::span<double> x, int64_t n, std::span<const double> w, double eps) {
   const int64_t rows = static_cast<int64_t>(x.size()) / n;
   const double e = a.c(eps);

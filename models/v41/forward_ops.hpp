@@ -17,9 +17,10 @@
 namespace ced::v41::fwd {
 
 struct Arith {
-  bool emulate = false;  // bf16 regime: fp32 ops, bf16 tensors
+  bool emulate = false;  // bf16 and release regimes: fp32 ops, bf16 tensors
+  bool release = false;  // release regime: FP8/FP4 linears quantize their input, block-scaled products
 
-  explicit Arith(V41Regime r) : emulate(r == V41Regime::bf16) {}
+  explicit Arith(V41Regime r) : emulate(r != V41Regime::f64), release(r == V41Regime::release) {}
   double r(double x) const { return emulate ? static_cast<double>(static_cast<float>(x)) : x; }  // an fp32 op
   double bf(double x) const { return emulate ? static_cast<double>(round_bf16(static_cast<float>(x))) : x; }
   double add(double a, double b) const { return r(a + b); }
@@ -52,6 +53,13 @@ inline constexpr int64_t kParallelWork = 1 << 16;
 // (f64) partials; out_bf16: the result is a bf16 tensor (rounded once at the end).
 void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std::span<const double> W,
             int64_t Nout, std::span<double> Y, bool out_bf16);
+
+// Y = X · Wᵀ for a stored linear: in the release regime, when W is FP8 or FP4 in the file, X is
+// act_quant'ed per 32 (codes and scales, §3.1) and each output is Σ over 32-blocks of K, in K order,
+// of (Σ_block a_code·w_code, an fp32 sum in K order) · a_scale · w_scale, accumulated in fp32; else
+// `linear`. out_bf16 as there.
+void linear_w(const Arith& a, std::span<const double> X, int64_t M, const V41Linear& w, std::span<double> Y,
+              bool out_bf16);
 
 // RMSNorm over rows of n: x * rsqrt(mean(x²) + eps) * w, one bf16 rounding (model.py's RMSNorm with
 // a bf16 input). The mean is the sequential sum of squares divided by n.

@@ -29,7 +29,9 @@ std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.en
 // an F8_E8M0 scale per 32 along K, or plain BF16 / F32.
 V41Linear linear_weight(const SafetensorsFile& f, const std::string& prefix, int64_t out, int64_t in) {
   const SafetensorsTensor& w = need(f, prefix + ".weight");
-  V41Linear l{out, in, {}};
+  V41Linear l;
+  l.out = out;
+  l.in = in;
   std::vector<float> v(static_cast<size_t>(out * in));
   if (w.dtype == "F8_E4M3") {
     need_shape(w, {out, in});
@@ -38,6 +40,8 @@ V41Linear linear_weight(const SafetensorsFile& f, const std::string& prefix, int
     need_shape(s, {(out + 31) / 32, (in + 31) / 32});
     dequant_fp8_weight(w.bytes, s.bytes, out, in, v);
     l.w = widen(v);
+    l.kind = V41Linear::Kind::Fp8Tiles;
+    for (uint8_t b : s.bytes) l.scale.push_back(f32_from_e8m0(b));
   } else if (w.dtype == "I8") {
     need_shape(w, {out, in / 2});
     const SafetensorsTensor& s = need(f, prefix + ".scale");
@@ -45,6 +49,8 @@ V41Linear linear_weight(const SafetensorsFile& f, const std::string& prefix, int
     need_shape(s, {out, in / 32});
     dequant_fp4_weight(w.bytes, s.bytes, out, in, v);
     l.w = widen(v);
+    l.kind = V41Linear::Kind::Fp4Rows;
+    for (uint8_t b : s.bytes) l.scale.push_back(f32_from_e8m0(b));
   } else if (w.dtype == "BF16" || w.dtype == "F32") {
     need_shape(w, {out, in});
     l.w = safetensors_values(w);
@@ -92,6 +98,7 @@ V41LayerWeights load_v41_layer_weights(const V41Config& c, const LayerPlan& lp, 
   w.wkv = linear_weight(f, A + "wkv", hd, D);
   w.kv_norm = load_v41_tensor(f, A + "kv_norm.weight", {hd});
   w.wo_a = linear_weight(f, A + "wo_a", c.o_groups * c.o_lora_rank, H * hd / c.o_groups);
+  w.wo_a.kind = V41Linear::Kind::Plain;  // the release's conversion dequantizes it to bf16 at load
   w.wo_b = linear_weight(f, A + "wo_b", D, c.o_groups * c.o_lora_rank);
   if (lp.owns_compressor) {
     w.compressor_wkv = linear_weight(f, A + "compressor.wkv", hd, D);

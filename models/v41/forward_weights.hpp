@@ -13,7 +13,12 @@ namespace ced::v41 {
 
 struct V41Linear {
   int64_t out = 0, in = 0;
-  std::vector<double> w;  // [out, in]
+  std::vector<double> w;  // [out, in], the dequantized values
+  // How the file stores it, for the release regime's block-scaled products (docs/v41.md §8.1):
+  // Plain (BF16/F32, or dequantized at load as wo_a is), Fp8Tiles (one scale per 32x32 tile, scale
+  // [ceil(out/32), ceil(in/32)]) or Fp4Rows (one scale per 32 along K, scale [out, in/32]).
+  enum class Kind { Plain, Fp8Tiles, Fp4Rows } kind = Kind::Plain;
+  std::vector<double> scale;  // the e8m0 scales' values
 };
 
 struct V41ExpertWeights {

@@ -62,8 +62,8 @@ std::vector<double> expert_forward(const LayerCtx& L, const V41ExpertWeights& w,
                                    const std::vector<double>* route) {
   const int64_t I = w.w1.out, D = w.w1.in;
   std::vector<double> g(static_cast<size_t>(M * I)), u(g.size()), h(g.size()), y(static_cast<size_t>(M * D));
-  linear(L.a, x, M, D, w.w1.w, I, g, true);
-  linear(L.a, x, M, D, w.w3.w, I, u, true);
+  linear_w(L.a, x, M, w.w1, g, true);
+  linear_w(L.a, x, M, w.w3, u, true);
   const double limit = L.c.swiglu_limit;
   for (int64_t m = 0; m < M; ++m) {
     const auto row = [&](std::vector<double>& v) {
@@ -72,7 +72,7 @@ std::vector<double> expert_forward(const LayerCtx& L, const V41ExpertWeights& w,
     swiglu(L.a, row(g), row(u), limit, route ? &(*route)[static_cast<size_t>(m)] : nullptr, row(h));
   }
   for (double& v : h) v = L.a.bf(v);  // x.to(dtype) before w2
-  linear(L.a, h, M, I, w.w2.w, D, y, true);
+  linear_w(L.a, h, M, w.w2, y, true);
   return y;
 }
 
