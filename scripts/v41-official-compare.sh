@@ -2,7 +2,7 @@
 # docs/v41.md §9.4: run the official V4.1 code on a preset and compare our prefill with it layer by
 # layer (teacher forced) and end to end. Needs torch: runs where the official folder and a venv are.
 #   scripts/v41-official-compare.sh OFFICIAL_DIR VENV_PYTHON [--preset tiny|wide] [--mode bf16] [--n 17]
-#       [--regime bf16|f64] [--build build]
+#       [--regime bf16|f64|release] [--build build]   (the default regime: bf16, or release for --mode fp8)
 set -euo pipefail
 if [[ $# -lt 2 ]]; then
   sed -n '2,5p' "$0" >&2
@@ -21,7 +21,9 @@ while [[ $# -gt 0 ]]; do
     *) echo "v41-official-compare: unknown option $1" >&2; exit 2 ;;
   esac
 done
-regime=${regime:-$mode}
+if [[ -z $regime ]]; then
+  regime=$([[ $mode == fp8 ]] && echo release || echo bf16)  # the official fp8 run is our release regime
+fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 work=${TMPDIR:-/tmp}/ced-v41-official
 mkdir -p "$work"
