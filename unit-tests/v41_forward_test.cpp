@@ -187,8 +187,8 @@ std::vector<int64_t> random_tokens(int64_t N, int64_t vocab, uint64_t seed) {
 const V41Model& tiny_model(V41Regime r) {
   static const V41Config c = v41_builtin_config("v41-tiny");
   static const SafetensorsFile w = random_weights(c, test_seed());
-  static const V41Model f64(c, w, V41Regime::f64), bf16(c, w, V41Regime::bf16);
-  return r == V41Regime::f64 ? f64 : bf16;
+  static const V41Model f64(c, w, V41Regime::f64), bf16(c, w, V41Regime::bf16), release(c, w, V41Regime::release);
+  return r == V41Regime::f64 ? f64 : r == V41Regime::bf16 ? bf16 : release;
 }
 
 }  // namespace
@@ -486,6 +486,32 @@ TEST(V41Release, BlockScaledLinearSumsFp32PartialsPer32InKOrderOverQuantizedInpu
   EXPECT_TRUE(differs_from_bf16) << "the input's FP8 rounding must show";
 }
 
+TEST(V41Release, BlockScaledLinearIsBitwiseTheSameOnOneAndThreeThreads) {
+  // Past the parallel threshold, with fp32 outputs (no bf16 rounding to hide a different sum).
+  const int64_t M = 40, K = 1024, N = 64;
+  ASSERT_GT(M * K * N, kParallelWork);
+  std::mt19937_64 rng(test_seed() + 5);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<double> X(M * K);
+  for (auto& v : X) v = round_bf16(static_cast<float>(nd(rng)));
+  V41Linear w;
+  w.out = N, w.in = K, w.kind = V41Linear::Kind::Fp4Rows;
+  for (int64_t o = 0; o < N; ++o)
+    for (int64_t b = 0; b < K / 32; ++b) w.scale.push_back(std::ldexp(1.0, -static_cast<int>(rng() % 4)));
+  for (int64_t o = 0; o < N; ++o)
+    for (int64_t k = 0; k < K; ++k)
+      w.w.push_back(f32_from_e2m1(e2m1_from_f32(static_cast<float>(2 * nd(rng)))) * w.scale[o * (K / 32) + k / 32]);
+  const Arith rel(V41Regime::release);
+  const int saved = omp_get_max_threads();
+  std::vector<double> y1(M * N), y3(M * N);
+  omp_set_num_threads(1);
+  linear_w(rel, X, M, w, y1, false);
+  omp_set_num_threads(3);
+  linear_w(rel, X, M, w, y3, false);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(y1, y3);
+}
+
 // ---- the f64 quantization points (docs/v41.md §3.8) ----
 
 TEST(V41QdqF64, DoubleQuantizersAgreeWithTheFp32OnesOnBf16Values) {
@@ -628,21 +654,24 @@ TEST(V41Prefill, EngramHashIdsAreTheRollingXorModuloEachColumnsPrime) {
 }
 
 TEST(V41Prefill, IsBitwiseTheSameOnOneTwoAndThreeThreads) {
-  const V41Model& m = tiny_model(V41Regime::bf16);
   const int64_t N = 21;
-  const auto tokens = random_tokens(N, m.config().vocab_size, test_seed() + 4);
   const int saved = omp_get_max_threads();
-  std::vector<V41ForwardResult> runs;
-  for (int threads : {1, 2, 3}) {
-    omp_set_num_threads(threads);
-    ASSERT_EQ(omp_get_max_threads(), threads);
-    runs.push_back(m.forward(tokens, hashing_for(m.config())));
+  for (V41Regime r : {V41Regime::bf16, V41Regime::release}) {
+    const V41Model& m = tiny_model(r);
+    const auto tokens = random_tokens(N, m.config().vocab_size, test_seed() + 4);
+    std::vector<V41ForwardResult> runs;
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      ASSERT_EQ(omp_get_max_threads(), threads);
+      runs.push_back(m.forward(tokens, hashing_for(m.config())));
+    }
+    omp_set_num_threads(saved);
+    for (size_t i = 1; i < runs.size(); ++i) {
+      EXPECT_EQ(runs[i].logits, runs[0].logits) << v41_regime_name(r) << ", " << i + 1 << " threads";
+      for (size_t l = 0; l < runs[0].layers.size(); ++l) EXPECT_EQ(runs[i].layers[l].out, runs[0].layers[l].out) << l;
+    }
   }
-  omp_set_num_threads(saved);
-  for (size_t i = 1; i < runs.size(); ++i) {
-    EXPECT_EQ(runs[i].logits, runs[0].logits) << i + 1 << " threads";
-    for (size_t l = 0; l < runs[0].layers.size(); ++l) EXPECT_EQ(runs[i].layers[l].out, runs[0].layers[l].out) << l;
-  }
+  const V41Model& m = tiny_model(V41Regime::bf16);
   // The hc mixes' linear at this N is past the parallel threshold, so its region opens; one of 3.
   const int64_t hc = m.config().hc_mult;
   EXPECT_GT(N * hc * m.config().dim * (2 + hc) * hc, kParallelWork);
