@@ -653,6 +653,21 @@ TEST(V41Prefill, EngramHashIdsAreTheRollingXorModuloEachColumnsPrime) {
     }
 }
 
+TEST(V41Engram, MultipliersAreNumPysDefaultRngDraws) {
+  // engram.py's compute_hash_multipliers, run with NumPy 2.4 (default_rng(10007 · layer).integers(0,
+  // bound, 4, int64) · 2 + 1): the tiny presets' layers 0 and 2 over a compressed vocab of 512, and the
+  // release's layers 1 and 14 over 99,092.
+  V41Config c = v41_builtin_config("v41-tiny");
+  EXPECT_EQ(v41_engram_multipliers(c), (std::vector<std::vector<int64_t>>{
+                                           {11474481670680735, 4860045374305909, 738113388524411, 297735412830395},
+                                           {14807183965884349, 7179874451713115, 4383153767543747, 13823440822075059}}));
+  c.engram_layer_ids = {1, 14};
+  c.engram_compressed_vocab_size = 99092;
+  EXPECT_EQ(v41_engram_multipliers(c), (std::vector<std::vector<int64_t>>{
+                                           {76632096046245, 4839876093313, 35959672319349, 73987337458391},
+                                           {67716810739261, 51510806800915, 30921347202721, 82619226485591}}));
+}
+
 TEST(V41Prefill, IsBitwiseTheSameOnOneTwoAndThreeThreads) {
   const int64_t N = 21;
   const int saved = omp_get_max_threads();

@@ -37,6 +37,9 @@ struct V41EngramHashing {
 };
 // The stub tokenizer's map (id -> id / 2) that the official oracle's tiny and wide presets use.
 std::vector<int64_t> v41_halving_token_map(const V41Config& c);
+// The multipliers engram.py derives for each Engram layer (NumPy's default_rng(10007 · layer), its
+// bounded int64 draw, · 2 + 1): [engram layers][max_ngram_size].
+std::vector<std::vector<int64_t>> v41_engram_multipliers(const V41Config& c);
 
 // What the attention layers hand down the stack (model.py's SharedAttentionRuntime): the latest
 // published compressed KV and index keys (kv sources), selection (index sources) and candidate pool.

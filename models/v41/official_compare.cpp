@@ -162,6 +162,10 @@ int run(int argc, char** argv) {
                                          (static_cast<uint64_t>(lo[l * ng + s]) & 0xFFFFFFFFu)));
       hashing.multipliers.push_back(m);
     }
+    const auto ours = v41_engram_multipliers(config);
+    fmt::print("engram multipliers: ours (NumPy's default_rng, ported) {} engram.py's\n",
+               ours == hashing.multipliers ? "equal" : "DIFFER from");
+    hashing.multipliers = ours;
   }
   fmt::print("regime {}, N = {}, prompt from the capture\n", v41_regime_name(regime), N);
 
