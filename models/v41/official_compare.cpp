@@ -149,7 +149,7 @@ int run(int argc, char** argv) {
 
   const V41Model model(config, weights, regime);
   const std::vector<int64_t> tokens = cap.ints("input_ids");
-  const int64_t N = static_cast<int64_t>(tokens.size()), hc = config.hc_mult, D = config.dim;
+  const int64_t N = static_cast<int64_t>(tokens.size());
   V41EngramHashing hashing;
   if (!config.engram_layer_ids.empty()) {
     hashing.token_map = cap.ints("engram_token_map");
@@ -247,12 +247,10 @@ int run(int argc, char** argv) {
     Report rep;
     V41SharedAttention shared;
     const int64_t L = config.n_layers;
-    const int64_t cols = (config.engram_max_ngram_size - 1) * config.engram_n_heads;
     for (int64_t l = 0; l < L; ++l) {
       const LayerPlan& lp = model.plan()[l];
       std::vector<int64_t> ids;
       if (lp.engram) ids = cap.ints(layer_key(l, "engram_hash_ids"));
-      (void)cols;
       V41SharedAttention before = shared;
       const V41LayerCapture c = model.run_layer(l, official_input(l), cap.get(layer_key(l, "pre_mix")), N, ids, shared);
       const std::string tag = fmt::format("teacher-forced layer {}", l);
@@ -265,28 +263,6 @@ int run(int argc, char** argv) {
                                     std::pair{"attn_o", &sa.attn_o}})
         if (cap.has(layer_key(l, what)))
           rep.add(fmt::format("layer{} {} (forced x)", l, what), *v, cap.get(layer_key(l, what)), tag);
-      for (const auto& [what, v] : {std::pair{"attn_q", &sa.attn_q}, std::pair{"attn_kv", &sa.attn_kv},
-                                    std::pair{"attn_o", &sa.attn_o}})
-        if (cap.has(layer_key(l, what)))
-          rep.add(fmt::format("layer{} {} (forced x)", l, what), *v, cap.get(layer_key(l, what)), tag);
-      if (std::getenv("CED_DEBUG_ROWS")) {
-        const auto ref = cap.get(layer_key(l, "attn_out"));
-        std::string rows;
-        for (int64_t t = 0; t < N; ++t) {
-          int64_t bad = 0;
-          for (int64_t d = 0; d < D; ++d) bad += ao[t * D + d] != ref[t * D + d];
-          if (bad) rows += fmt::format(" {}:{}", t, bad);
-        }
-        fmt::print("layer {} attn_out rows differing:{}\n", l, rows);
-        if (cap.has(layer_key(l, "topk_idxs"))) {
-          const auto tk = cap.ints(layer_key(l, "topk_idxs"));
-          int64_t bad = 0;
-          for (size_t i = 0; i < tk.size(); ++i) bad += tk[i] != sa.topk_idxs[i];
-          fmt::print("  forced topk entries differing: {} of {}; row 9 ours/official:", bad, tk.size());
-          for (int64_t j = 0; j < sa.topk; ++j) fmt::print(" {}/{}", sa.topk_idxs[9 * sa.topk + j], tk[9 * sa.topk + j]);
-          fmt::print("\n");
-        }
-      }
       const auto mo = model.moe(l, cap.get(layer_key(l, "ffn_x")), N, sm);
       rep.add(fmt::format("layer{} ffn_out (forced x)", l), mo, cap.get(layer_key(l, "ffn_out")), tag);
       std::vector<double> e(sm.experts.begin(), sm.experts.end());
@@ -317,8 +293,6 @@ int run(int argc, char** argv) {
     rep.add("head: logits", h.logits, cap.get("logits"), "teacher-forced head");
     rep.print("teacher forced (each layer fed the official's inputs and published state)");
   }
-  (void)hc;
-  (void)D;
   return 0;
 }
 
