@@ -712,5 +712,7 @@ TEST(V41Prefill, RefusesAMissingTensorAndAnUnknownRegime) {
     EXPECT_NE(std::string(e.what()).find("layers.4.attn.indexer.wq_b.scale: missing"), std::string::npos) << e.what();
   }
   EXPECT_THROW(v41_regime_from_name("fp16"), InputError);
-  EXPECT_EQ(v41_regime_from_name("bf16"), V41Regime::bf16);
+  for (V41Regime r : {V41Regime::f64, V41Regime::bf16, V41Regime::release})
+    EXPECT_EQ(v41_regime_from_name(v41_regime_name(r)), r);
+  EXPECT_EQ(v41_regime_names(), (std::vector<std::string>{"f64", "bf16", "release"}));
 }

@@ -12,19 +12,33 @@
 
 namespace ced::v41 {
 
+namespace {
+// The one table of regimes (docs/v41.md §8.1): each name with its value.
+struct RegimeEntry {
+  const char* name;
+  V41Regime regime;
+};
+constexpr RegimeEntry kRegimes[] = {{"f64", V41Regime::f64}, {"bf16", V41Regime::bf16}, {"release", V41Regime::release}};
+}  // namespace
+
 const std::vector<std::string>& v41_regime_names() {
-  static const std::vector<std::string> names{"f64", "bf16", "release"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& e : kRegimes) n.emplace_back(e.name);
+    return n;
+  }();
   return names;
 }
 
 const char* v41_regime_name(V41Regime r) {
-  return r == V41Regime::f64 ? "f64" : r == V41Regime::bf16 ? "bf16" : "release";
+  for (const auto& e : kRegimes)
+    if (e.regime == r) return e.name;
+  return "?";
 }
 
 V41Regime v41_regime_from_name(std::string_view name) {
-  if (name == "f64") return V41Regime::f64;
-  if (name == "bf16") return V41Regime::bf16;
-  if (name == "release") return V41Regime::release;
+  for (const auto& e : kRegimes)
+    if (name == e.name) return e.regime;
   throw InputError(fmt::format("v41 regime '{}': unknown (known: {})", name, fmt::join(v41_regime_names(), ", ")));
 }
 
