@@ -543,21 +543,31 @@ bool is_prime(int64_t n) {
 }
 }  // namespace
 
-std::vector<int64_t> v41_engram_rows(const V41Config& c) {
+std::vector<std::vector<int64_t>> v41_engram_primes(const V41Config& c) {
   std::set<int64_t> seen;
-  std::vector<int64_t> rows;
+  std::vector<std::vector<int64_t>> primes;
   for (size_t l = 0; l < c.engram_layer_ids.size(); ++l) {
-    int64_t sum = 0;
+    std::vector<int64_t> layer;
     for (int64_t n = 0; n + 1 < c.engram_max_ngram_size; ++n) {
       int64_t current = c.engram_vocab_size - 1;
       for (int64_t h = 0; h < c.engram_n_heads; ++h) {
         int64_t p = current + 1;
         while (!is_prime(p) || seen.count(p)) ++p;
         seen.insert(p);
-        sum += p;
+        layer.push_back(p);
         current = p;
       }
     }
+    primes.push_back(std::move(layer));
+  }
+  return primes;
+}
+
+std::vector<int64_t> v41_engram_rows(const V41Config& c) {
+  std::vector<int64_t> rows;
+  for (const auto& layer : v41_engram_primes(c)) {
+    int64_t sum = 0;
+    for (int64_t p : layer) sum += p;
     rows.push_back(sum);
   }
   return rows;

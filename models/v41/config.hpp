@@ -138,5 +138,8 @@ void validate_v41(const V41Config& c);
 // (max_ngram_size - 1) * n_heads primes, each the smallest prime above engram_vocab_size - 1 (the
 // search restarting there for every n-gram size) not handed out before.
 std::vector<int64_t> v41_engram_rows(const V41Config& c);
+// Those primes themselves: per Engram layer, [(max_ngram_size - 1) * n_heads] in (n-gram size, head)
+// order, the bucket moduli of its hash columns (their prefix sums are the columns' row offsets).
+std::vector<std::vector<int64_t>> v41_engram_primes(const V41Config& c);
 
 }  // namespace ced::v41

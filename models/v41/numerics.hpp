@@ -103,4 +103,20 @@ void dequant_fp8_weight(std::span<const uint8_t> codes, std::span<const uint8_t>
 void dequant_fp4_weight(std::span<const uint8_t> packed, std::span<const uint8_t> scales, int64_t out,
                         int64_t in, std::span<float> w);
 
+// ---- the same quantizers in double (docs/v41.md §3.8): the f64 regime's quantization points ------
+
+// The nearest e4m3fn value of v, ties to the even code, |v| saturated at 448 (NaN stays NaN).
+double e4m3_round_f64(double v);
+// The nearest e2m1 value of v, ties to the even code, |v| saturated at 6; the sign of zero is kept.
+double e2m1_round_f64(double v);
+// 2^ceil(log2(amax * max_inv)), the product in double; amax > 0.
+double ue8m0_scale_f64(double amax, double max_inv);
+// act_qdq, fp4_qdq_ue8m0_32 and fp4_qdq_e4m3_16 with every step in double: the amax floors and
+// constants as doubles (1e-4, 1/448, 1/6, 6 * 2^-126, 6 * 2^-9), x / s in double, the code's value
+// times s. On bf16 inputs the first two agree with the fp32 functions except where x / s or amax / 448
+// rounds differently in fp32; the third's scale amax / 6 is rounded once (to e4m3) instead of twice.
+void act_qdq_f64(std::span<double> x, int64_t K);
+void fp4_qdq_ue8m0_32_f64(std::span<double> x, int64_t K);
+void fp4_qdq_e4m3_16_f64(std::span<double> x, int64_t K);
+
 }  // namespace ced::v41

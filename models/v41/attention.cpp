@@ -1,0 +1,200 @@
+// docs/v41.md §8.5, §8.6: one layer's attention (model.py Attention, Compressor, Indexer) in a
+// prefill from position 0: the low-rank query, the window KV, the compressed KV and index keys of a
+// kv source, the selection of an index source, the candidate pool, sparse_attn with the sink, the
+// inverse rotation and the grouped output projection.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "models/v41/forward_ops.hpp"
+
+namespace ced::v41::fwd {
+namespace {
+
+using Vec = std::vector<double>;
+
+Vec lin(const LayerCtx& L, std::span<const double> x, int64_t M, const V41Linear& w, bool out_bf16) {
+  Vec y(static_cast<size_t>(M * w.out));
+  linear_w(L.a, x, M, w, y, out_bf16);
+  return y;
+}
+
+// Rotate each of `heads` vectors of width d per row at the row's position pos_of(row).
+template <typename Pos>
+void rope_rows(const LayerCtx& L, Vec& x, int64_t rows, int64_t heads, int64_t d, Pos pos_of, bool inverse) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h) apply_rope(L.a, x.data() + (r * heads + h) * d, d, L.rope, pos_of(r), inverse);
+}
+
+// The compressor of a kv source (model.py Compressor.forward, start_pos 0): the RoPE-free latent
+// [N / ratio, head_dim], or empty when no group is complete.
+Vec compressor(const LayerCtx& L, std::span<const double> x) {
+  const int64_t N = L.N, r = L.lp.ratio, hd = L.c.head_dim;
+  Vec latent;
+  if (r == 1) {  // norm(wkv(x)): a bf16 linear, no gate
+    latent = lin(L, x, N, L.w.compressor_wkv, true);
+  } else {  // fp32 projections of x.float(), the softmax pooling, then kv.to(bf16)
+    if (N < r) return {};
+    const Vec kv = lin(L, x, N, L.w.compressor_wkv, false), score = lin(L, x, N, L.w.compressor_wgate, false);
+    latent = compress_pool(L.a, kv, score, N, hd, r);
+  }
+  rmsnorm(L.a, latent, hd, L.w.compressor_norm, L.c.norm_eps);
+  return latent;
+}
+
+// The indexer of an index source (model.py Indexer.forward, start_pos 0, offset N): publishes the
+// index keys (when it owns them) and the candidate pool (the candidate source); returns the
+// selection [N, topk], offset by N, -1 for none.
+std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::span<const double> qr,
+                             const Vec& latent, V41SharedAttention& shared, V41LayerCapture& cap) {
+  const V41Config& c = L.c;
+  const int64_t N = L.N, r = L.lp.ratio, IH = c.index_n_heads, ID = c.index_head_dim;
+  const int64_t T = N / r;
+  const double ninf = -std::numeric_limits<double>::infinity();
+  if (L.lp.owns_index_k && !latent.empty()) {
+    Vec k = lin(L, latent, T, L.w.indexer_wk, true);
+    rmsnorm(L.a, k, ID, L.w.indexer_k_norm, c.norm_eps);
+    rope_rows(L, k, T, 1, ID, [r](int64_t j) { return j * r; }, false);  // group j at position j·r
+    qdq_fp4_32(L.a, k, ID);
+    shared.index_k = k;
+    cap.index_k = k;
+  }
+  Vec q = lin(L, qr, N, L.w.indexer_wq_b, true);
+  rope_rows(L, q, N, IH, ID, [](int64_t t) { return t; }, false);
+  qdq_fp4_32(L.a, q, ID);
+  // weights_proj(x) · (index_head_dim^-0.5 · index_n_heads^-0.5): the product of two python floats,
+  // applied to the bf16 tensor as an fp32 constant.
+  Vec wts = lin(L, x, N, L.w.indexer_weights_proj, true);
+  const double ws = L.a.c(std::pow(static_cast<double>(ID), -0.5) * std::pow(static_cast<double>(IH), -0.5));
+  for (double& v : wts) v = L.a.bf(L.a.mul(v, ws));
+
+  // score[t, j] = Σ_h bf16(relu(bf16(q_th · k_j)) · w_th), the head sum in fp32, then bf16.
+  Vec score(static_cast<size_t>(N * T));
+  const Vec& ik = shared.index_k;
+#pragma omp parallel for schedule(static) if (N * T * IH * ID > kParallelWork)
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t j = 0; j < T; ++j) {
+      double s = 0.0;
+      for (int64_t h = 0; h < IH; ++h) {
+        double dot = 0.0;
+        const double* qv = q.data() + (t * IH + h) * ID;
+        const double* kv = ik.data() + j * ID;
+        for (int64_t d = 0; d < ID; ++d) dot = L.a.add(dot, L.a.mul(qv[d], kv[d]));
+        s = L.a.add(s, L.a.bf(L.a.mul(std::max(L.a.bf(dot), 0.0), wts[static_cast<size_t>(t * IH + h)])));
+      }
+      score[static_cast<size_t>(t * T + j)] = L.a.bf(s);
+    }
+  // A query at t sees the groups complete by t: j < (t + 1) / r.
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t j = (t + 1) / r; j < T; ++j) score[static_cast<size_t>(t * T + j)] = ninf;
+
+  if (L.lp.candidate_source) {
+    shared.candidates.assign(static_cast<size_t>(N * T), 0);
+    for (int64_t t = 0; t < N; ++t)
+      candidate_blocks(std::span<const double>(score).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
+                       (t + 1) / r, c.candidate_topk_blocks, c.candidate_block_size, L.a.emulate,
+                       std::span<uint8_t>(shared.candidates).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)));
+    cap.candidates = shared.candidates;
+  } else if (L.lp.cand_src >= 0) {
+    for (size_t i = 0; i < score.size(); ++i)
+      if (!shared.candidates[i]) score[i] = ninf;
+  }
+
+  cap.index_score = score;
+  const int64_t k = std::min(c.index_topk, T);
+  std::vector<int32_t> idx(static_cast<size_t>(N * k));
+  for (int64_t t = 0; t < N; ++t) {
+    auto top = torch_topk(std::span<const double>(score).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
+                          k, false, L.a.emulate);
+    std::sort(top.begin(), top.end());
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t p = top[static_cast<size_t>(j)];
+      idx[static_cast<size_t>(t * k + j)] = p < (t + 1) / r ? static_cast<int32_t>(p + N) : -1;
+    }
+  }
+  return idx;
+}
+
+}  // namespace
+
+std::vector<double> attention_forward(const LayerCtx& L, std::span<const double> x, V41SharedAttention& shared,
+                                      V41LayerCapture& cap) {
+  const V41Config& c = L.c;
+  const int64_t N = L.N, H = c.n_heads, hd = c.head_dim, r = L.lp.ratio;
+  auto at_t = [](int64_t t) { return t; };
+
+  Vec qr = lin(L, x, N, L.w.wq_a, true);
+  rmsnorm(L.a, qr, c.q_lora_rank, L.w.q_norm, c.norm_eps);
+  Vec q = lin(L, qr, N, L.w.wq_b, true);  // [N, H, hd]; no per-head norm in V4.1
+  rope_rows(L, q, N, H, hd, at_t, false);
+
+  // The window KV: one shared K = V head, RoPE, FP8 QDQ of the whole vector (rope tail included).
+  Vec kv = lin(L, x, N, L.w.wkv, true);
+  rmsnorm(L.a, kv, hd, L.w.kv_norm, c.norm_eps);
+  rope_rows(L, kv, N, 1, hd, at_t, false);
+  qdq_fp8_32(L.a, kv, hd);
+  std::vector<int32_t> win = window_topk_idxs(N, c.window_size);
+  int64_t kw = std::min(N, c.window_size), kc = 0;
+  std::vector<int32_t> comp;
+
+  if (r > 0) {
+    const int64_t T = N / r;
+    Vec latent;
+    if (L.lp.owns_compressor) {
+      latent = compressor(L, x);
+      shared.ratio = r;
+      cap.latent = latent;
+    }
+    if (L.lp.owns_indexer) {
+      if (T == 0) {
+        shared.topk = 0;
+        shared.topk_idxs.clear();
+      } else {
+        shared.topk_idxs = indexer(L, x, qr, latent, shared, cap);
+        shared.topk = std::min(c.index_topk, T);
+      }
+      cap.topk = shared.topk;
+      cap.topk_idxs = shared.topk_idxs;
+    }
+    if (!latent.empty()) {  // RoPE at the group's first token, then FP4 per 16 with e4m3 scales
+      rope_rows(L, latent, T, 1, hd, [r](int64_t j) { return j * r; }, false);
+      qdq_fp4_e4m3_16(L.a, latent, hd);
+      shared.compress_kv = latent;
+      shared.compress_rows = T;
+      cap.compress_kv = latent;
+    }
+    kv.insert(kv.end(), shared.compress_kv.begin(), shared.compress_kv.begin() + T * hd);
+    comp = shared.topk_idxs;
+    kc = shared.topk;
+  }
+  // [window indices | compressed indices] per query.
+  const int64_t k = kw + kc;
+  std::vector<int32_t> idx(static_cast<size_t>(N * k));
+  for (int64_t t = 0; t < N; ++t) {
+    std::copy_n(win.begin() + t * kw, kw, idx.begin() + t * k);
+    std::copy_n(comp.begin() + t * kc, kc, idx.begin() + t * k + kw);
+  }
+  Vec o(static_cast<size_t>(N * H * hd));
+  sparse_attn(L.a, q, N, H, hd, kv, L.w.attn_sink, idx, k, std::pow(static_cast<double>(hd), -0.5), o);
+  cap.attn_q = q;
+  cap.attn_kv = kv;
+  cap.attn_idx = idx;
+  cap.attn_o = o;
+  rope_rows(L, o, N, H, hd, at_t, true);
+
+  // The grouped output: o as [N, G, H hd / G], each group through its own [o_lora_rank, H hd / G]
+  // block of wo_a (a bf16 einsum), flattened, then wo_b.
+  const int64_t G = c.o_groups, R = c.o_lora_rank, gd = H * hd / G;
+  Vec og(static_cast<size_t>(N * G * R));
+  for (int64_t g = 0; g < G; ++g) {
+    Vec xg(static_cast<size_t>(N * gd)), yg(static_cast<size_t>(N * R));
+    for (int64_t t = 0; t < N; ++t) std::copy_n(o.begin() + (t * G + g) * gd, gd, xg.begin() + t * gd);
+    linear(L.a, xg, N, gd, std::span<const double>(L.w.wo_a.w).subspan(static_cast<size_t>(g * R * gd),
+                                                                       static_cast<size_t>(R * gd)),
+           R, yg, true);
+    for (int64_t t = 0; t < N; ++t) std::copy_n(yg.begin() + t * R, R, og.begin() + (t * G + g) * R);
+  }
+  return lin(L, og, N, L.w.wo_b, true);
+}
+
+}  // namespace ced::v41::fwd

@@ -1,0 +1,231 @@
+// docs/v41.md §8: the v41 prefill (model.py Transformer.forward and Block.forward, start_pos 0).
+#include "models/v41/forward.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "model/error.hpp"
+#include "models/v41/forward_ops.hpp"
+#include "models/v41/forward_weights.hpp"
+
+namespace ced::v41 {
+
+namespace {
+// The one table of regimes (docs/v41.md §8.1): each name with its value.
+struct RegimeEntry {
+  const char* name;
+  V41Regime regime;
+};
+constexpr RegimeEntry kRegimes[] = {{"f64", V41Regime::f64}, {"bf16", V41Regime::bf16}, {"release", V41Regime::release}};
+}  // namespace
+
+const std::vector<std::string>& v41_regime_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& e : kRegimes) n.emplace_back(e.name);
+    return n;
+  }();
+  return names;
+}
+
+const char* v41_regime_name(V41Regime r) {
+  for (const auto& e : kRegimes)
+    if (e.regime == r) return e.name;
+  return "?";
+}
+
+V41Regime v41_regime_from_name(std::string_view name) {
+  for (const auto& e : kRegimes)
+    if (name == e.name) return e.regime;
+  throw InputError(fmt::format("v41 regime '{}': unknown (known: {})", name, fmt::join(v41_regime_names(), ", ")));
+}
+
+V41Model::V41Model(const V41Config& config, const SafetensorsFile& weights, V41Regime regime)
+    : config_(config), regime_(regime) {
+  validate_v41(config_);
+  if (config_.analytic_only)
+    throw InputError(fmt::format("v41 forward: {} is analytic only; nothing runs it", config_.name));
+  plan_ = make_v41_plan(config_);
+  const int64_t V = config_.vocab_size, D = config_.dim;
+  embed_ = load_v41_tensor(weights, "embed.weight", {V, D});
+  norm_ = load_v41_tensor(weights, "norm.weight", {D});
+  head_ = load_v41_tensor(weights, "head.weight", {V, D});
+  for (const LayerPlan& lp : plan_.layers)
+    layers_.push_back(std::make_unique<V41LayerWeights>(load_v41_layer_weights(config_, lp, weights)));
+}
+
+V41Model::~V41Model() = default;
+V41Model::V41Model(V41Model&&) noexcept = default;
+
+std::vector<double> V41Model::embed(std::span<const int64_t> tokens) const {
+  const int64_t N = static_cast<int64_t>(tokens.size()), hc = config_.hc_mult, D = config_.dim;
+  std::vector<double> h(static_cast<size_t>(N * hc * D));
+  for (int64_t t = 0; t < N; ++t) {
+    const int64_t id = tokens[static_cast<size_t>(t)];
+    if (id < 0 || id >= config_.vocab_size)
+      throw InputError(fmt::format("v41 forward: token {} at position {} is outside [0, {})", id, t, config_.vocab_size));
+    for (int64_t i = 0; i < hc; ++i) std::copy_n(embed_.begin() + id * D, D, h.begin() + (t * hc + i) * D);
+  }
+  return h;
+}
+
+std::vector<double> V41Model::initial_pre_mix(int64_t N) const {
+  std::vector<double> p(static_cast<size_t>(N * config_.hc_mult), 0.0);
+  for (int64_t t = 0; t < N; ++t) p[static_cast<size_t>(t * config_.hc_mult)] = 1.0;  // one-hot on stream 0
+  return p;
+}
+
+std::vector<int64_t> V41Model::engram_hash_ids(std::span<const int64_t> tokens, const V41EngramHashing& hsh) const {
+  const V41Config& c = config_;
+  const int64_t N = static_cast<int64_t>(tokens.size()), nl = static_cast<int64_t>(c.engram_layer_ids.size());
+  const int64_t ng = c.engram_max_ngram_size, nh = c.engram_n_heads, cols = (ng - 1) * nh;
+  if (nl == 0) return {};
+  if (static_cast<int64_t>(hsh.token_map.size()) != c.vocab_size || static_cast<int64_t>(hsh.multipliers.size()) != nl)
+    throw InputError(fmt::format("v41 engram: the hashing needs a token map of {} ids and multipliers for {} layers "
+                                 "(got {} and {})",
+                                 c.vocab_size, nl, hsh.token_map.size(), hsh.multipliers.size()));
+  const auto primes = v41_engram_primes(c);
+  const int64_t pad = hsh.token_map[static_cast<size_t>(c.engram_pad_id)];
+  std::vector<int64_t> ids(static_cast<size_t>(N * nl * cols));
+  for (int64_t t = 0; t < N; ++t) {
+    // The ids at shifts 0 .. ng - 1; a shift before the start is blocked, and so is every older one.
+    std::vector<int64_t> tok(static_cast<size_t>(ng));
+    for (int64_t s = 0; s < ng; ++s) tok[static_cast<size_t>(s)] = t < s ? pad : hsh.token_map[static_cast<size_t>(tokens[static_cast<size_t>(t - s)])];
+    for (int64_t l = 0; l < nl; ++l) {
+      const auto& mult = hsh.multipliers[static_cast<size_t>(l)];
+      const auto& pr = primes[static_cast<size_t>(l)];
+      // XOR the multiplied ids one shift at a time: after shift n - 1, the n-gram's hash; each
+      // (n-gram, head) column takes it modulo its prime, plus the column's offset (the primes before it).
+      uint64_t rolling = static_cast<uint64_t>(tok[0]) * static_cast<uint64_t>(mult[0]);
+      int64_t offset = 0;
+      for (int64_t n = 1; n < ng; ++n) {
+        rolling ^= static_cast<uint64_t>(tok[static_cast<size_t>(n)]) * static_cast<uint64_t>(mult[static_cast<size_t>(n)]);
+        for (int64_t h = 0; h < nh; ++h) {
+          const int64_t p = pr[static_cast<size_t>((n - 1) * nh + h)];
+          ids[static_cast<size_t>((t * nl + l) * cols + (n - 1) * nh + h)] =
+              static_cast<int64_t>(rolling % static_cast<uint64_t>(p)) + offset;
+          offset += p;
+        }
+      }
+    }
+  }
+  return ids;
+}
+
+V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
+                                    int64_t N, std::span<const int64_t> hash_ids, V41SharedAttention& shared) const {
+  const V41Config& c = config_;
+  const LayerPlan& lp = plan_[layer];
+  const V41LayerWeights& w = *layers_[static_cast<size_t>(layer)];
+  const int64_t hc = c.hc_mult, D = c.dim;
+  if (static_cast<int64_t>(streams.size()) != N * hc * D || static_cast<int64_t>(pre_mix.size()) != N * hc)
+    throw InputError(fmt::format("v41 layer {}: streams must be [N, {}, {}] and pre_mix [N, {}] for N = {}", layer, hc,
+                                 D, hc, N));
+  const fwd::Arith a(regime_);
+  const fwd::RopeTable rope = fwd::rope_table(a, c.rope_head_dim, N, lp.yarn ? c.original_seq_len : 0, lp.rope_theta,
+                                              c.rope_factor, c.beta_fast, c.beta_slow);
+  const fwd::LayerCtx L{c, lp, w, a, rope, N};
+  V41LayerCapture cap;
+  cap.layer = layer;
+  std::vector<double> x(streams.begin(), streams.end());
+  if (lp.engram) {
+    cap.engram_in = x;
+    cap.hash_ids.assign(hash_ids.begin(), hash_ids.end());
+    fwd::engram_forward(L, x, hash_ids);
+  }
+  cap.in = x;
+  cap.pre_mix.assign(pre_mix.begin(), pre_mix.end());
+
+  // Attention: its mixes from its input; collapse with the previous sublayer's pre (staggered).
+  fwd::HcMix am = fwd::hc_mixes(a, x, N, hc, D, w.hc_attn_fn, w.hc_attn_scale, w.hc_attn_base, c.norm_eps,
+                                c.hc_sinkhorn_iters, c.hc_eps);
+  std::vector<double> y = fwd::hc_pre(a, x, pre_mix, N, hc, D);
+  fwd::rmsnorm(a, y, D, w.attn_norm, c.norm_eps);
+  cap.attn_x = y;
+  y = fwd::attention_forward(L, y, shared, cap);
+  cap.attn_out = y;
+  x = fwd::hc_post(a, y, x, am.post, am.comb, N, hc, D);
+
+  // FFN: its mixes from the new streams; collapse with this layer's attention pre.
+  fwd::HcMix fm = fwd::hc_mixes(a, x, N, hc, D, w.hc_ffn_fn, w.hc_ffn_scale, w.hc_ffn_base, c.norm_eps,
+                                c.hc_sinkhorn_iters, c.hc_eps);
+  y = fwd::hc_pre(a, x, am.pre, N, hc, D);
+  fwd::rmsnorm(a, y, D, w.ffn_norm, c.norm_eps);
+  cap.ffn_x = y;
+  y = fwd::moe_forward(L, y, cap);
+  cap.ffn_out = y;
+  cap.out = fwd::hc_post(a, y, x, fm.post, fm.comb, N, hc, D);
+
+  cap.attn_pre = std::move(am.pre);
+  cap.attn_post = std::move(am.post);
+  cap.attn_comb = std::move(am.comb);
+  cap.ffn_pre = std::move(fm.pre);
+  cap.ffn_post = std::move(fm.post);
+  cap.ffn_comb = std::move(fm.comb);
+  return cap;
+}
+
+std::vector<double> V41Model::attention(int64_t layer, std::span<const double> x, int64_t N,
+                                        V41SharedAttention& shared, V41LayerCapture& cap) const {
+  const fwd::Arith a(regime_);
+  const LayerPlan& lp = plan_[layer];
+  const fwd::RopeTable rope = fwd::rope_table(a, config_.rope_head_dim, N, lp.yarn ? config_.original_seq_len : 0,
+                                              lp.rope_theta, config_.rope_factor, config_.beta_fast, config_.beta_slow);
+  const fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N};
+  return fwd::attention_forward(L, x, shared, cap);
+}
+
+std::vector<double> V41Model::moe(int64_t layer, std::span<const double> x, int64_t N, V41LayerCapture& cap) const {
+  const fwd::Arith a(regime_);
+  const fwd::RopeTable none;
+  const fwd::LayerCtx L{config_, plan_[layer], *layers_[static_cast<size_t>(layer)], a, none, N};
+  return fwd::moe_forward(L, x, cap);
+}
+
+void V41Model::head(std::span<const double> streams, std::span<const double> pre_mix, int64_t N,
+                    V41ForwardResult& out) const {
+  const fwd::Arith a(regime_);
+  head_collapsed(fwd::hc_pre(a, streams, pre_mix, N, config_.hc_mult, config_.dim), N, out);
+}
+
+void V41Model::head_collapsed(std::span<const double> collapsed, int64_t N, V41ForwardResult& out) const {
+  const fwd::Arith a(regime_);
+  const int64_t D = config_.dim, V = config_.vocab_size;
+  out.final_collapsed.assign(collapsed.begin(), collapsed.end());
+  out.final_normed = out.final_collapsed;
+  fwd::rmsnorm(a, out.final_normed, D, norm_, config_.norm_eps);
+  out.logits.resize(static_cast<size_t>(N * V));
+  fwd::linear(a, out.final_normed, N, D, head_, V, out.logits, false);  // fp32 head, fp32 logits
+}
+
+V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41EngramHashing& hashing) const {
+  const int64_t N = static_cast<int64_t>(tokens.size());
+  if (N == 0) throw InputError("v41 forward: an empty prompt");
+  const int64_t nl = static_cast<int64_t>(config_.engram_layer_ids.size());
+  const int64_t cols = (config_.engram_max_ngram_size - 1) * config_.engram_n_heads;
+  const std::vector<int64_t> hashes = engram_hash_ids(tokens, hashing);
+  V41ForwardResult out;
+  out.N = N;
+  std::vector<double> h = embed(tokens), pre = initial_pre_mix(N);
+  V41SharedAttention shared;
+  int64_t engram_index = 0;
+  for (const LayerPlan& lp : plan_.layers) {
+    std::vector<int64_t> ids;
+    if (lp.engram) {
+      ids.resize(static_cast<size_t>(N * cols));
+      for (int64_t t = 0; t < N; ++t)
+        std::copy_n(hashes.begin() + (t * nl + engram_index) * cols, cols, ids.begin() + t * cols);
+      ++engram_index;
+    }
+    V41LayerCapture cap = run_layer(lp.layer, h, pre, N, ids, shared);
+    h = cap.out;
+    pre = cap.ffn_pre;
+    out.layers.push_back(std::move(cap));
+  }
+  head(h, pre, N, out);
+  return out;
+}
+
+}  // namespace ced::v41

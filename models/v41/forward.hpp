@@ -1,0 +1,141 @@
+#pragma once
+// The v41 prefill (docs/v41.md §8): what the release's inference/model.py computes for one prompt
+// from position 0, for a V41Config and the weights in the release's tensor names, dtypes and layouts,
+// under a named numeric regime. Every layer can be captured, and run alone on given input streams
+// (teacher forcing), so that a comparison with the official code is made layer by layer.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/safetensors.hpp"
+#include "models/v41/config.hpp"
+#include "models/v41/plan.hpp"
+
+namespace ced::v41 {
+
+// docs/v41.md §8.1. f64: the official maths and its quantization points (window KV FP8, latent FP4
+// per 16, index q/k FP4 per 32) in double, nothing else rounded. bf16: the official dtype="bf16"
+// run: weights dequantized to bf16 (fp32 where model.py keeps them fp32), bf16 activations between
+// ops, fp32 arithmetic inside them, the same quantization points.
+// release: the official dtype="fp8" run: as bf16, and every FP8/FP4 linear's input FP8-quantized per
+// 32 (act_quant) with the product block-scaled (fp32 partials per 32 along K, scaled and summed in K
+// order), the weights as stored.
+enum class V41Regime { f64, bf16, release };
+const std::vector<std::string>& v41_regime_names();  // "f64", "bf16", "release"
+const char* v41_regime_name(V41Regime r);
+V41Regime v41_regime_from_name(std::string_view name);  // InputError naming the known ones
+
+// How token ids become Engram hash ids (docs/v41.md §9.2): the tokenizer's compressed token map
+// [vocab_size] and, per Engram layer, its max_ngram_size odd multipliers (engram.py derives them
+// from NumPy's default_rng(10007 * layer)). Empty when the config has no Engram layers.
+struct V41EngramHashing {
+  std::vector<int64_t> token_map;                 // [vocab_size] -> [0, engram_compressed_vocab_size)
+  std::vector<std::vector<int64_t>> multipliers;  // [engram layers][max_ngram_size]
+};
+// The stub tokenizer's map (id -> id / 2) that the official oracle's tiny and wide presets use.
+std::vector<int64_t> v41_halving_token_map(const V41Config& c);
+// The multipliers engram.py derives for each Engram layer (NumPy's default_rng(10007 · layer), its
+// bounded int64 draw, · 2 + 1): [engram layers][max_ngram_size].
+std::vector<std::vector<int64_t>> v41_engram_multipliers(const V41Config& c);
+
+// What the attention layers hand down the stack (model.py's SharedAttentionRuntime): the latest
+// published compressed KV and index keys (kv sources), selection (index sources) and candidate pool.
+struct V41SharedAttention {
+  int64_t ratio = 0;               // the ratio of the published compressed KV
+  int64_t compress_rows = 0;       // N / ratio
+  std::vector<double> compress_kv; // [compress_rows, head_dim], after RoPE and FP4 QDQ
+  std::vector<double> index_k;     // [compress_rows, index_head_dim], after RoPE and FP4 QDQ
+  int64_t topk = 0;                // columns of topk_idxs
+  std::vector<int32_t> topk_idxs;  // [N, topk], offset by N (the window rows); -1 = none
+  std::vector<uint8_t> candidates; // [N, compress_rows] of the candidate source; empty before it
+};
+
+// One block's captures (docs/v41.md §9.3). Streams are [N, hc_mult, dim] in row-major order.
+struct V41LayerCapture {
+  int64_t layer = 0;
+  std::vector<double> engram_in;    // streams before Engram (Engram layers only)
+  std::vector<int64_t> hash_ids;    // [N, (max_ngram_size - 1) * engram_n_heads] (Engram layers)
+  std::vector<double> in;           // streams entering the block, after Engram
+  std::vector<double> pre_mix;      // [N, hc] the collapse weights the block's attention receives
+  std::vector<double> attn_pre, attn_post, attn_comb;  // [N, hc], [N, hc], [N, hc, hc]
+  std::vector<double> ffn_pre, ffn_post, ffn_comb;     // ffn_pre is the next block's pre_mix
+  int64_t topk = 0;
+  std::vector<int32_t> topk_idxs;   // [N, topk] index sources: the selection published
+  std::vector<double> index_score;  // [N, N / ratio] index sources: the masked score the top-k read
+  std::vector<double> compress_kv, index_k;  // kv sources: what they published
+  std::vector<uint8_t> candidates;  // the candidate source: [N, N / ratio]
+  std::vector<double> attn_x, attn_out;  // [N, dim] the attention's input (attn_norm's output), its output
+  std::vector<double> ffn_x, ffn_out;    // [N, dim] the MoE's input (ffn_norm's output), its output
+  std::vector<double> latent;            // [N / ratio, head_dim] kv sources: the compressor's RoPE-free latent
+  std::vector<double> attn_q;            // [N, n_heads, head_dim] sparse_attn's query (after RoPE)
+  std::vector<double> attn_kv;           // [N + N / ratio, head_dim] its rows: window KV, then compressed KV
+  std::vector<int32_t> attn_idx;         // [N, k] its index lists: window, then compressed (offset by N)
+  std::vector<double> attn_o;            // [N, n_heads, head_dim] its output (before the inverse RoPE)
+  std::vector<int32_t> experts;          // [N, n_activated_experts] the routed experts, ascending
+  std::vector<double> expert_weights;    // [N, n_activated_experts] their route weights, alongside
+  std::vector<double> out;          // streams leaving the block
+};
+
+struct V41ForwardResult {
+  int64_t N = 0;
+  std::vector<V41LayerCapture> layers;  // [n_layers]
+  std::vector<double> final_collapsed;  // [N, dim] the last collapse (bf16 values in bf16)
+  std::vector<double> final_normed;     // [N, dim] after norm
+  std::vector<double> logits;           // [N, vocab_size] every position (fp32 values in bf16)
+};
+
+struct V41LayerWeights;
+
+// The weights of one config, dequantized once (docs/v41.md §8.2), and the forward over them.
+class V41Model {
+ public:
+  // The config must be valid and not analytic_only; every tensor the layout implies must be
+  // present with its dtype and shape (InputError naming the first that is not). Tensors the
+  // forward does not read (gate.bias_vl) may be present.
+  V41Model(const V41Config& config, const SafetensorsFile& weights, V41Regime regime);
+  ~V41Model();
+  V41Model(V41Model&&) noexcept;
+
+  const V41Config& config() const { return config_; }
+  const V41Plan& plan() const { return plan_; }
+  V41Regime regime() const { return regime_; }
+
+  // Hash ids for the prompt: [N, n_engram_layers, (max_ngram_size - 1) * engram_n_heads].
+  std::vector<int64_t> engram_hash_ids(std::span<const int64_t> tokens, const V41EngramHashing& h) const;
+
+  // The whole prefill. tokens: [N] in [0, vocab_size). hashing: needed when Engram is on.
+  V41ForwardResult forward(std::span<const int64_t> tokens, const V41EngramHashing& hashing) const;
+
+  // The embedding, expanded to hc_mult identical streams: [N, hc, dim]; and the one-hot pre_mix.
+  std::vector<double> embed(std::span<const int64_t> tokens) const;
+  std::vector<double> initial_pre_mix(int64_t N) const;
+
+  // One block fed the given streams (before its Engram, if it has one) and pre_mix, reading and
+  // updating the shared attention state. hash_ids: [N, cols] this layer's (empty without Engram).
+  V41LayerCapture run_layer(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
+                            int64_t N, std::span<const int64_t> hash_ids, V41SharedAttention& shared) const;
+
+  // The two sublayers alone (for a comparison fed another's sublayer inputs): the attention on x
+  // [N, dim] (attn_norm's output), reading and updating shared; the MoE on x (ffn_norm's output).
+  std::vector<double> attention(int64_t layer, std::span<const double> x, int64_t N, V41SharedAttention& shared,
+                                V41LayerCapture& cap) const;
+  std::vector<double> moe(int64_t layer, std::span<const double> x, int64_t N, V41LayerCapture& cap) const;
+
+  // The final collapse with the last block's ffn_pre, norm and head: logits [N, vocab].
+  void head(std::span<const double> streams, std::span<const double> pre_mix, int64_t N,
+            V41ForwardResult& out) const;
+  // norm and head alone, on a given final collapse [N, dim].
+  void head_collapsed(std::span<const double> collapsed, int64_t N, V41ForwardResult& out) const;
+
+ private:
+  V41Config config_;
+  V41Plan plan_;
+  V41Regime regime_;
+  std::vector<double> embed_, norm_, head_;
+  std::vector<std::unique_ptr<V41LayerWeights>> layers_;
+};
+
+}  // namespace ced::v41

@@ -1,0 +1,172 @@
+#pragma once
+// The v41 forward's building blocks (docs/v41.md §8), shared by its files and tested one by one
+// (unit-tests/v41_forward_test.cpp). Every value is held in a double; the regime decides where it is
+// rounded. Under bf16 an op's result is rounded to fp32 after every +, -, *, /, sqrt (exact emulation
+// of fp32 arithmetic: a double holds the exact result of any of these on fp32 operands closely enough
+// that rounding it to fp32 gives the fp32 result), and a tensor model.py holds in bf16 is rounded to
+// bf16 where model.py writes it. Under f64 neither rounding happens.
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "models/v41/forward.hpp"
+#include "models/v41/forward_weights.hpp"
+#include "models/v41/numerics.hpp"
+
+namespace ced::v41::fwd {
+
+struct Arith {
+  bool emulate = false;  // bf16 and release regimes: fp32 ops, bf16 tensors
+  bool release = false;  // release regime: FP8/FP4 linears quantize their input, block-scaled products
+
+  explicit Arith(V41Regime r) : emulate(r != V41Regime::f64), release(r == V41Regime::release) {}
+  double r(double x) const { return emulate ? static_cast<double>(static_cast<float>(x)) : x; }  // an fp32 op
+  double bf(double x) const { return emulate ? static_cast<double>(round_bf16(static_cast<float>(x))) : x; }
+  double add(double a, double b) const { return r(a + b); }
+  double sub(double a, double b) const { return r(a - b); }
+  double mul(double a, double b) const { return r(a * b); }
+  double div(double a, double b) const { return r(a / b); }
+  double sqrt(double x) const { return emulate ? std::sqrt(static_cast<float>(x)) : std::sqrt(x); }
+  double exp(double x) const { return emulate ? std::exp(static_cast<float>(x)) : std::exp(x); }
+  double log1p(double x) const { return emulate ? std::log1p(static_cast<float>(x)) : std::log1p(x); }
+  double cos(double x) const { return emulate ? std::cos(static_cast<float>(x)) : std::cos(x); }
+  double sin(double x) const { return emulate ? std::sin(static_cast<float>(x)) : std::sin(x); }
+  // torch's rsqrt on CPU: 1 / sqrt(x), two roundings.
+  double rsqrt(double x) const { return div(1.0, sqrt(x)); }
+  // torch's sigmoid and silu: 1 / (1 + exp(-x)) and x / (1 + exp(-x)).
+  double sigmoid(double x) const { return div(1.0, add(1.0, exp(-x))); }
+  double silu(double x) const { return div(x, add(1.0, exp(-x))); }
+  // torch's softplus (beta 1, threshold 20): x above 20, log1p(exp(x)) otherwise.
+  double softplus(double x) const { return x > 20.0 ? x : log1p(exp(x)); }
+  // A python float constant as torch applies it to an fp32 tensor: rounded to fp32 first.
+  double c(double x) const { return r(x); }
+};
+
+// ---- linear algebra (fixed orders: every reduction runs in index order, one thread per output row)
+
+// Parallel regions (linear, sparse_attn, the index scores) open only past this much work; each
+// output row belongs to one thread, so no result depends on the thread count.
+inline constexpr int64_t kParallelWork = 1 << 16;
+
+// Y[M, Nout] = X[M, K] · W[Nout, K]ᵀ, each dot product summed in K order with fp32 (bf16) or double
+// (f64) partials; out_bf16: the result is a bf16 tensor (rounded once at the end).
+void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std::span<const double> W,
+            int64_t Nout, std::span<double> Y, bool out_bf16);
+
+// Y = X · Wᵀ for a stored linear: in the release regime, when W is FP8 or FP4 in the file, X is
+// act_quant'ed per 32 (codes and scales, §3.1) and each output is Σ over 32-blocks of K, in K order,
+// of (Σ_block a_code·w_code, an fp32 sum in K order) · a_scale · w_scale, accumulated in fp32; else
+// `linear`. out_bf16 as there.
+void linear_w(const Arith& a, std::span<const double> X, int64_t M, const V41Linear& w, std::span<double> Y,
+              bool out_bf16);
+
+// RMSNorm over rows of n: x * rsqrt(mean(x²) + eps) * w, one bf16 rounding (model.py's RMSNorm with
+// a bf16 input). The mean is the sequential sum of squares divided by n.
+void rmsnorm(const Arith& a, std::span<double> x, int64_t n, std::span<const double> w, double eps);
+
+// ---- rotary embedding (docs/v41.md §8.4)
+
+// The rotary table of a layer: cos and sin [N, rope_head_dim / 2], precompute_freqs_cis in fp32
+// (bf16 regime) or double: f_i = 1 / theta^(2i / d); with original_seq_len > 0 the YaRN ramp;
+// angle = pos · f_i.
+struct RopeTable {
+  int64_t half = 0;
+  std::vector<double> cos, sin;  // [N, half]
+};
+RopeTable rope_table(const Arith& a, int64_t rope_head_dim, int64_t N, int64_t original_seq_len, double theta,
+                     double factor, int64_t beta_fast, int64_t beta_slow);
+// Rotate the last 2·half values of a vector in place as adjacent complex pairs by position pos's
+// entry (inverse: by its conjugate), rounding to bf16 (the tensor is bf16).
+void apply_rope(const Arith& a, double* x, int64_t d, const RopeTable& t, int64_t pos, bool inverse);
+
+// ---- quantization points (docs/v41.md §3, §8.1): bf16 regime = the fp32 functions; f64 = in double
+
+void qdq_fp8_32(const Arith& a, std::span<double> x, int64_t K);       // window KV
+void qdq_fp4_32(const Arith& a, std::span<double> x, int64_t K);       // index queries and keys
+void qdq_fp4_e4m3_16(const Arith& a, std::span<double> x, int64_t K);  // compressed latent
+
+// ---- torch's CPU top-k (docs/v41.md §8.6)
+
+// The indices torch.topk(values, k, largest=True, sorted) returns on a CPU: the (value, index) pairs
+// in index order, then partial_sort when 64·k <= n, else nth_element at k - 1 (then, when sorted, a
+// sort of the first k - 1), with NaN above everything. Ties go where that algorithm puts them.
+std::vector<int64_t> torch_topk(std::span<const double> values, int64_t k, bool sorted, bool as_fp32);
+
+// ---- mHC (docs/v41.md §8.3)
+
+struct HcMix {
+  std::vector<double> pre, post, comb;  // [N, hc], [N, hc], [N, hc, hc]
+};
+// mixes = (X · fnᵀ) · rsqrt(mean(X²) + norm_eps) over the flattened [hc·dim] row, then the split:
+// pre = σ(m·s0 + b) + eps, post = 2σ(m·s1 + b), comb = Sinkhorn(row-softmax(m·s2 + b) + eps).
+HcMix hc_mixes(const Arith& a, std::span<const double> X, int64_t N, int64_t hc, int64_t dim,
+               std::span<const double> fn, std::span<const double> scale, std::span<const double> base,
+               double norm_eps, int64_t iters, double hc_eps);
+// The split alone, for one row of (2 + hc)·hc mixes.
+void hc_split_sinkhorn(const Arith& a, const double* mixes, int64_t hc, std::span<const double> scale,
+                       std::span<const double> base, int64_t iters, double eps, double* pre, double* post,
+                       double* comb);
+// y[N, dim] = bf16(Σ_i pre_i · X_i) in stream order.
+std::vector<double> hc_pre(const Arith& a, std::span<const double> X, std::span<const double> pre, int64_t N,
+                           int64_t hc, int64_t dim);
+// out_j = bf16(post_j · y + Σ_i comb[i, j] · R_i), the sum in stream order.
+std::vector<double> hc_post(const Arith& a, std::span<const double> y, std::span<const double> R,
+                            std::span<const double> post, std::span<const double> comb, int64_t N, int64_t hc,
+                            int64_t dim);
+
+// ---- attention pieces (docs/v41.md §8.5, §8.6)
+
+// The window indices of a prefill from 0: [N, min(N, W)], query i sees max(0, i - W + 1) .. i, -1 after.
+std::vector<int32_t> window_topk_idxs(int64_t N, int64_t W);
+// sparse_attn: q [N, H, d], kv [rows, d], sink [H], idxs [N, k] (-1 = none): online softmax over the
+// index list in blocks of 64, running max from -1e30, probabilities to bf16 before P·V (bf16 regime),
+// the sink in the denominator only. out [N, H, d] bf16.
+void sparse_attn(const Arith& a, std::span<const double> q, int64_t N, int64_t H, int64_t d,
+                 std::span<const double> kv, std::span<const double> sink, std::span<const int32_t> idxs,
+                 int64_t k, double softmax_scale, std::span<double> out);
+// Ratio-r pooling of the compressor (r > 1): per group of r tokens and channel, softmax of the scores
+// over the r tokens and the weighted sum, in fp32; the trailing N % r tokens wait. kv, score: [N, d]
+// fp32 values. Returns [N / r, d], rounded to bf16 (kv.to(dtype)).
+std::vector<double> compress_pool(const Arith& a, std::span<const double> kv, std::span<const double> score,
+                                  int64_t N, int64_t d, int64_t ratio);
+// select_candidate_blocks for one query row: score [T] (-inf where unreachable), visible = the
+// query's compress length; block max over block_size (padded with -inf), the block holding visible-1
+// pinned at +inf, the top min(topk_blocks, n_blocks) blocks kept when > -inf. mask [T].
+void candidate_blocks(std::span<const double> score, int64_t visible, int64_t topk_blocks, int64_t block_size,
+                      bool as_fp32, std::span<uint8_t> mask);
+
+// ---- MoE (docs/v41.md §9.1)
+
+// The gate of one token: scores = sqrt(softplus(logits / gate_temp)), top-k of scores + bias, weights
+// = the unbiased scores of the chosen, / (their sum + 1e-20) when norm_topk_prob, × route_scale.
+// experts: the chosen ids in torch's top-k order; weights alongside.
+void gate_weights(const Arith& a, std::span<const double> logits, std::span<const double> bias, int64_t topk,
+                  double gate_temp, bool norm_topk_prob, double route_scale, const std::string& score_func,
+                  std::span<int64_t> experts, std::span<double> weights);
+// The clamped SwiGLU of one row: h = silu(min(g, limit)) · clamp(u, ±limit) (limit > 0), × weight
+// when weight is given; fp32. g, u: [n] in, h: [n] out (not yet rounded).
+void swiglu(const Arith& a, std::span<const double> g, std::span<const double> u, double limit, const double* weight,
+            std::span<double> h);
+
+// ---- the sublayers over a layer's weights (attention.cpp, moe.cpp, engram.cpp)
+
+struct LayerCtx {
+  const V41Config& c;
+  const LayerPlan& lp;
+  const V41LayerWeights& w;
+  const Arith& a;
+  const RopeTable& rope;  // the layer's table, positions 0 .. N - 1
+  int64_t N;
+};
+
+// model.py Attention.forward on x [N, dim] (attn_norm's output, bf16); reads and publishes the shared
+// state; records what it publishes in cap. Returns [N, dim].
+std::vector<double> attention_forward(const LayerCtx& L, std::span<const double> x, V41SharedAttention& shared,
+                                      V41LayerCapture& cap);
+// model.py MoE.forward on x [N, dim] (ffn_norm's output). Returns [N, dim] bf16; cap.experts.
+std::vector<double> moe_forward(const LayerCtx& L, std::span<const double> x, V41LayerCapture& cap);
+// model.py Engram.forward on the streams [N, hc, dim] in place; hash_ids [N, cols].
+void engram_forward(const LayerCtx& L, std::span<double> streams, std::span<const int64_t> hash_ids);
+
+}  // namespace ced::v41::fwd

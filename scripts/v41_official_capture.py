@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Run DeepSeek's official V4.1 inference code (a folder holding run_official.py, its CPU kernel port and
+the official inference/ files) on a preset, and convert its capture (.npz) into a safetensors file the
+C++ side reads (ced::read_safetensors): docs/v41.md §9.4.
+
+Run it with the python of a venv that has torch, numpy and safetensors (scripts/v41-official-compare.sh
+passes both paths). Writes OUT (safetensors) holding, as F32 / I32 / I8 tensors:
+  input_ids [N], logits_last [V] (the official Transformer.forward's), logits [N, V] (the official
+  head op, F.linear(final_normed.float(), head.float()), over every position), layer{i}_in,
+  layer{i}_engram_in [N, hc, dim], layer{i}_pre_mix [N, hc], layer{i}_engram_hash_ids [N, cols],
+  layer{i}_topk_idxs [N, k], layer{i}_compress_kv, layer{i}_index_k, layer{i}_candidates (I8),
+  final_collapsed, final_normed [N, dim]; layer{i}_attn_x, _attn_out, _ffn_x, _ffn_out [N, dim] (each
+  Attention's and MoE's input and output), layer{i}_latent (a kv source's compressor output, before RoPE),
+  layer{i}_gate_experts / _gate_weights [N, k] (ascending expert id), layer{i}_attn_q [N, H, hd],
+  _attn_kv [rows, hd], _attn_idx [N, k], _attn_o [N, H, hd] (sparse_attn's inputs and output); engram_token_map [V]; engram_multipliers_hi/_lo
+  [layers, max_ngram] (the int64 multipliers as two 32-bit halves); rope_{swa,compressed}_{cos,sin}
+  [N, rope_head_dim / 2] (the official precompute_freqs_cis). Metadata: the official run's JSON line,
+  the weights file's path and the .npz's meta.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--official", required=True, help="the folder holding run_official.py")
+    ap.add_argument("--out", required=True, help="the safetensors file to write")
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--mode", default="bf16", choices=["bf16", "fp8"])
+    ap.add_argument("--n", type=int, default=17)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--input-seed", type=int, default=0)
+    args = ap.parse_args()
+
+    official = Path(args.official).resolve()
+    out = Path(args.out).resolve()
+    npz = out.with_suffix(".npz")
+
+    import io
+    import contextlib
+
+    import numpy as np
+    import torch
+    from safetensors.numpy import save_file
+
+    sys.path.insert(0, str(official))
+    import run_official as RO  # noqa: E402  the official folder's driver, run in this process
+
+    # Sublayer captures, by global module hooks (the official files stay untouched): each Attention's and
+    # MoE's input and output, each Compressor's latent (before Attention rotates it in place) and each
+    # Gate's choice, keyed by the layer the enclosing Attention / MoE belongs to.
+    extra, current = {}, {"moe": None, "attn": None}
+
+    def pre_hook(mod, inp):
+        if type(mod).__name__ == "MoE":
+            current["moe"] = mod.layer_id
+        elif type(mod).__name__ == "Attention":
+            current["attn"] = mod.layer_id
+
+    def post_hook(mod, inp, outp):
+        name = type(mod).__name__
+        if name == "Attention":
+            extra[f"layer{mod.layer_id}_attn_x"] = inp[0][0].float().numpy().copy()
+            extra[f"layer{mod.layer_id}_attn_out"] = outp[0].float().numpy().copy()
+        elif name == "MoE":
+            extra[f"layer{mod.layer_id}_ffn_x"] = inp[0][0].float().numpy().copy()
+            extra[f"layer{mod.layer_id}_ffn_out"] = outp[0].float().numpy().copy()
+        elif name == "Gate" and current["moe"] is not None:
+            w, idx = outp
+            order = idx.argsort(dim=-1)
+            extra[f"layer{current['moe']}_gate_experts"] = idx.gather(-1, order).numpy().astype(np.int32)
+            extra[f"layer{current['moe']}_gate_weights"] = w.gather(-1, order).float().numpy().copy()
+        elif name == "Compressor" and outp is not None:
+            extra[f"layer{current['attn']}_latent"] = outp[0].float().numpy().copy()
+
+    # sparse_attn's inputs and output per layer: model.py calls the kernel module's function through its
+    # own global, so observing it means wrapping that global once the module is loaded (observation
+    # only: the run's logits sha256 is the same with and without it).
+    load_official = RO.load_official
+
+    def load_and_observe(*a, **k):
+        M, K = load_official(*a, **k)
+        kernel_sparse_attn = M.sparse_attn
+
+        def observed(q, kv, sink, idx, scale):
+            o = kernel_sparse_attn(q, kv, sink, idx, scale)
+            L = current["attn"]
+            extra[f"layer{L}_attn_q"] = q[0].float().numpy().copy()
+            extra[f"layer{L}_attn_kv"] = kv[0].float().numpy().copy()
+            extra[f"layer{L}_attn_idx"] = idx[0].numpy().astype(np.int32)
+            extra[f"layer{L}_attn_o"] = o[0].float().numpy().copy()
+            return o
+
+        M.sparse_attn = observed
+        return M, K
+
+    RO.load_official = load_and_observe
+    h1 = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
+    h2 = torch.nn.modules.module.register_module_forward_hook(post_hook)
+    argv = ["--preset", args.preset, "--mode", args.mode, "--n", str(args.n), "--threads", str(args.threads),
+            "--input-seed", str(args.input_seed), "--out", str(npz)]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = RO.main(argv)
+    h1.remove()
+    h2.remove()
+    if rc != 0:
+        raise SystemExit(f"run_official.py {' '.join(argv)}: exit {rc}")
+    line = json.loads(buf.getvalue().strip().splitlines()[-1])
+    M = sys.modules["v41_official_model"]
+    from engram import compute_hash_multipliers  # noqa: E402  the official inference/engram.py
+
+    d = np.load(npz)
+    meta = json.loads(str(d["meta"]))
+    margs = meta["model_args"]
+    t = {}
+    t["input_ids"] = d["input_ids"][0].astype(np.int32)
+    t["logits_last"] = d["logits"][0].astype(np.float32)
+    for k in d.files:
+        if k in ("meta", "logits", "input_ids"):
+            continue
+        v = d[k][0]
+        if v.dtype == np.uint8:
+            t[k] = v.astype(np.int8)
+        elif v.dtype.kind in "iu":
+            t[k] = v.astype(np.int32)
+        else:
+            t[k] = v.astype(np.float32)
+
+    from safetensors import safe_open
+    with safe_open(line["weights"], "pt") as f:
+        head = f.get_tensor("head.weight").float()
+    with torch.no_grad():
+        t["logits"] = torch.nn.functional.linear(torch.from_numpy(t["final_normed"]).float(), head).numpy()
+
+    n = args.n
+    if margs["engram_layer_ids"]:
+        vocab = margs["vocab_size"]
+        t["engram_token_map"] = (np.arange(vocab) // 2).astype(np.int32)  # run_official's StubTokenizer
+        mult = compute_hash_multipliers(tuple(margs["engram_layer_ids"]), margs["engram_max_ngram_size"],
+                                        margs["engram_compressed_vocab_size"]).numpy().astype(np.int64)
+        t["engram_multipliers_hi"] = (mult >> 32).astype(np.int32)
+        t["engram_multipliers_lo"] = (mult & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    with torch.no_grad():
+        torch.set_default_dtype(torch.float32)
+        for kind, (orig, theta) in {"swa": (0, margs["rope_theta"]),
+                                    "compressed": (margs["original_seq_len"], margs["compress_rope_theta"])}.items():
+            fc = M.precompute_freqs_cis(margs["rope_head_dim"], n, orig, theta, margs["rope_factor"],
+                                        margs["beta_fast"], margs["beta_slow"])
+            t[f"rope_{kind}_cos"] = fc.real.contiguous().numpy().astype(np.float32)
+            t[f"rope_{kind}_sin"] = fc.imag.contiguous().numpy().astype(np.float32)
+    t.update(extra)
+    t = {k: np.ascontiguousarray(v) for k, v in t.items()}
+    save_file(t, str(out), metadata={"run": json.dumps(line), "weights": line["weights"],
+                                     "meta": json.dumps(meta), "format": "ced-v41-official-capture 1"})
+    print(json.dumps({"out": str(out), "weights": line["weights"], "logits_sha256": line["logits_sha256"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
