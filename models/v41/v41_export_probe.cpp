@@ -1,0 +1,90 @@
+// docs/v41.md §8.6: a test-only driver for the cross-check with the official code.
+//   v41_export_probe write DIR [--config NAME] [--seed S] [--shard-bytes B]
+//   v41_export_probe read DIR [--expect NAME]
+// Each prints one JSON line; a refused input is one line on stderr and exit 2.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/error.hpp"
+#include "models/v41/checkpoint.hpp"
+
+using namespace ced::v41;
+
+namespace {
+
+// FNV-1a 64 over every tensor's name, dtype, shape and bytes, in name order.
+std::string digest(const ced::SafetensorsFile& f) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  auto mix = [&](const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001B3ull;
+  };
+  for (const auto& t : f.tensors) {
+    mix(t.name.data(), t.name.size());
+    mix(t.dtype.data(), t.dtype.size());
+    mix(t.shape.data(), t.shape.size() * sizeof(int64_t));
+    mix(t.bytes.data(), t.bytes.size());
+  }
+  return fmt::format("{:016x}", h);
+}
+
+int64_t bytes_of(const ced::SafetensorsFile& f) {
+  int64_t n = 0;
+  for (const auto& t : f.tensors) n += int64_t(t.bytes.size());
+  return n;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: v41_export_probe write DIR [--config NAME] [--seed S] [--shard-bytes B]\n"
+               "       v41_export_probe read DIR [--expect NAME]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return usage();
+  const std::string cmd = argv[1], dir = argv[2];
+  std::string config = "v41-tiny", expect;
+  uint64_t seed = 0;
+  V41WriteOptions opt;
+  try {
+    for (int i = 3; i + 1 < argc; i += 2) {
+      const std::string flag = argv[i], value = argv[i + 1];
+      if (flag == "--config") config = value;
+      else if (flag == "--seed") seed = std::stoull(value);
+      else if (flag == "--shard-bytes") opt.shard_bytes = std::stoll(value);
+      else if (flag == "--expect") expect = value;
+      else return usage();
+    }
+    if ((argc - 3) % 2 != 0) return usage();
+    nlohmann::ordered_json line;
+    if (cmd == "write") {
+      const V41Checkpoint ck = make_v41_random_checkpoint(v41_builtin_config(config), seed);
+      const auto files = write_v41_checkpoint(dir, ck, opt);
+      line = {{"write", dir}, {"config", config}, {"seed", seed}, {"tensors", ck.weights.tensors.size()},
+              {"total_size", bytes_of(ck.weights)}, {"digest", digest(ck.weights)}, {"files", files}};
+    } else if (cmd == "read") {
+      const V41Checkpoint ck = read_v41_checkpoint(dir);
+      line = {{"read", dir}, {"tensors", ck.weights.tensors.size()}, {"total_size", bytes_of(ck.weights)},
+              {"digest", digest(ck.weights)}};
+      if (!expect.empty()) {
+        V41Config want = v41_builtin_config(expect);
+        line["config_vs_" + expect] = v41_config_disagreements(want, ck.config);
+      }
+    } else {
+      return usage();
+    }
+    std::printf("%s\n", line.dump().c_str());
+    return 0;
+  } catch (const ced::InputError& e) {
+    std::fprintf(stderr, "v41_export_probe: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "v41_export_probe: %s\n", e.what());
+    return 2;
+  }
+}
