@@ -110,8 +110,11 @@ V41Checkpoint read_v41_checkpoint(const fs::path& dir) {
     if (f.ends_with(".safetensors") && !std::binary_search(idx.shards.begin(), idx.shards.end(), f))
       fail(e.path(), "file", "a safetensors file model.safetensors.index.json does not name");
   }
-  // Every shard: exactly the tensors the index maps to it, each as the schema has it.
+  // Every shard: exactly the tensors the index maps to it, each as the schema has it. A tensor the
+  // index maps to a shard that lacks it is looked for after all are read, so that one found in
+  // another shard is named there.
   int64_t total = 0;
+  std::set<std::string> found;
   for (const std::string& f : idx.shards) {
     const fs::path path = dir / f;
     if (!fs::is_regular_file(path, ec)) fail(path, "file", "missing (model.safetensors.index.json names it)");
@@ -121,7 +124,6 @@ V41Checkpoint read_v41_checkpoint(const fs::path& dir) {
     } catch (const InputError& e) {
       throw InputError(fmt::format("v41 checkpoint: {}", e.what()));
     }
-    std::set<std::string> here;
     for (SafetensorsTensor& t : part.tensors) {
       const auto m = idx.weight_map.find(t.name);
       if (m == idx.weight_map.end()) fail(path, t.name, "not a tensor of the config's layout (nor in the index)");
@@ -131,12 +133,12 @@ V41Checkpoint read_v41_checkpoint(const fs::path& dir) {
       const std::string why = v41_tensor_mismatch(schema, *spec, t);
       if (!why.empty()) fail(path, t.name, why);
       total += int64_t(t.bytes.size());
-      here.insert(t.name);
+      found.insert(t.name);
       ck.weights.tensors.push_back(std::move(t));
     }
-    for (const auto& [tensor, file] : idx.weight_map)
-      if (file == f && !here.count(tensor)) fail(path, tensor, "missing (the index maps it to this shard)");
   }
+  for (const auto& [tensor, file] : idx.weight_map)
+    if (!found.count(tensor)) fail(dir / file, tensor, "missing (the index maps it to this shard)");
   if (total != idx.total_size)
     fail(index_path, "metadata.total_size", fmt::format("{}, the tensors hold {} bytes", idx.total_size, total));
   std::sort(ck.weights.tensors.begin(), ck.weights.tensors.end(),
