@@ -130,6 +130,7 @@ V41Checkpoint read_v41_checkpoint(const fs::path& dir) {
       if (m->second != f) fail(path, t.name, fmt::format("the index maps it to {}", m->second));
       const auto spec = std::lower_bound(schema.begin(), schema.end(), t.name,
                                          [](const V41TensorSpec& s, const std::string& n) { return s.name < n; });
+      if (spec == schema.end() || spec->name != t.name) fail(path, t.name, "not a tensor of the config's layout");
       const std::string why = v41_tensor_mismatch(schema, *spec, t);
       if (!why.empty()) fail(path, t.name, why);
       total += int64_t(t.bytes.size());
