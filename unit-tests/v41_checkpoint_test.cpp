@@ -280,7 +280,11 @@ TEST(V41RandomWeights, AreAFunctionOfTheSeedAlone) {
 // ~10 % of RMS).
 TEST(V41RandomWeights, HaveTheReleasesStatistics) {
   const V41Checkpoint& ck = make_v41_random_checkpoint(v41_builtin_config("v41-tiny"), test_seed());
-  auto get = [&](const std::string& n) { return *ck.weights.find(n); };
+  auto get = [&](const std::string& n) -> const SafetensorsTensor& {
+    const SafetensorsTensor* t = ck.weights.find(n);
+    if (!t) throw std::runtime_error(n + ": not in the checkpoint");
+    return *t;
+  };
   EXPECT_NEAR(mean_of(bf16_values(get("layers.3.attn_norm.weight"))), 0.025, 0.001);
   EXPECT_NEAR(mean_of(bf16_values(get("layers.3.ffn_norm.weight"))), 0.2, 0.005);
   EXPECT_NEAR(mean_of(bf16_values(get("layers.3.attn.q_norm.weight"))), 0.97, 0.03);
@@ -306,6 +310,34 @@ TEST(V41RandomWeights, HaveTheReleasesStatistics) {
   }
   const auto bias_vl = ced::safetensors_values(get("layers.3.ffn.gate.bias_vl"));
   EXPECT_TRUE(std::all_of(bias_vl.begin(), bias_vl.end(), [](double x) { return x == 0; }));
+}
+
+// ---- the Engram token map -----------------------------------------------------------------------
+
+// The official driver's stub (run_official.py's StubTokenizer and its tokenizer.json), written by the
+// tokenizers library: id 2k "tok{k}", id 2k+1 "  TOK{k}" (a space is U+0120 in the byte-level alphabet).
+TEST(V41TokenMap, StubTokenizerIsTheOfficialDriversByteLevelBpe) {
+  V41Config c = v41_builtin_config("v41-tiny");
+  c.vocab_size = 4;
+  const json j = json::parse(v41_stub_tokenizer_json(c));
+  EXPECT_EQ(j["model"]["vocab"], json::parse(R"({"tok0": 0, "\u0120\u0120TOK0": 1, "tok1": 2, "\u0120\u0120TOK1": 3})"));
+  EXPECT_EQ(j["model"]["type"], "BPE");
+  EXPECT_EQ(j["model"]["merges"], json::array());
+  EXPECT_EQ(j["pre_tokenizer"]["type"], "ByteLevel");
+  EXPECT_EQ(j["decoder"]["type"], "ByteLevel");
+  EXPECT_EQ(j["added_tokens"], json::array());
+}
+
+TEST(V41TokenMap, MapsEachIdToItsHalf) {
+  V41Config c = v41_builtin_config("v41-tiny");
+  const auto m = v41_engram_token_map(c);
+  ASSERT_EQ(m.size(), 1024u);
+  for (int64_t id = 0; id < 1024; ++id) EXPECT_EQ(m[size_t(id)], id / 2);
+  c.vocab_size = 1023;
+  c.engram_compressed_vocab_size = 511;
+  EXPECT_EQ(error_of([&] { check_v41_token_map_size(c, "f"); }),
+            "v41 checkpoint: f: engram_compressed_vocab_size: 511, the stub tokenizer's token map (id -> id / 2) has "
+            "512 ids");
 }
 
 // ---- the folder: round trip ---------------------------------------------------------------------

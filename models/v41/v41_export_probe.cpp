@@ -1,6 +1,7 @@
 // docs/v41.md §8.6: a test-only driver for the cross-check with the official code.
 //   v41_export_probe write DIR [--config NAME] [--seed S] [--shard-bytes B]
 //   v41_export_probe read DIR [--expect NAME]
+//   v41_export_probe bump DIR OUT TENSOR INDEX   (OUT: DIR's checkpoint with one BF16 element one ulp up)
 // Each prints one JSON line; a refused input is one line on stderr and exit 2.
 #include <fmt/format.h>
 
@@ -10,6 +11,7 @@
 
 #include "model/error.hpp"
 #include "models/v41/checkpoint.hpp"
+#include "models/v41/numerics.hpp"
 
 using namespace ced::v41;
 
@@ -36,10 +38,35 @@ int64_t bytes_of(const ced::SafetensorsFile& f) {
   return n;
 }
 
+// One ulp up of element `index` of a BF16 tensor (its bits plus one), written as a new folder.
+int bump(const std::string& dir, const std::string& out, const std::string& tensor, const std::string& index) {
+  try {
+    V41Checkpoint ck = read_v41_checkpoint(dir);
+    const size_t i = std::stoul(index);
+    for (auto& t : ck.weights.tensors) {
+      if (t.name != tensor) continue;
+      if (t.dtype != "BF16" || 2 * i + 1 >= t.bytes.size()) throw ced::InputError(tensor + ": not BF16 or too short");
+      const uint16_t before = uint16_t(t.bytes[2 * i] | (t.bytes[2 * i + 1] << 8)), after = uint16_t(before + 1);
+      t.bytes[2 * i] = uint8_t(after & 0xFF), t.bytes[2 * i + 1] = uint8_t(after >> 8);
+      write_v41_checkpoint(out, ck, {.shard_bytes = 2'000'000});
+      std::printf("%s\n", nlohmann::ordered_json({{"bump", tensor}, {"index", i}, {"before", f32_from_bf16(before)},
+                                                  {"after", f32_from_bf16(after)}, {"out", out}})
+                               .dump()
+                               .c_str());
+      return 0;
+    }
+    throw ced::InputError(tensor + ": no such tensor");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "v41_export_probe: %s\n", e.what());
+    return 2;
+  }
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: v41_export_probe write DIR [--config NAME] [--seed S] [--shard-bytes B]\n"
-               "       v41_export_probe read DIR [--expect NAME]\n");
+               "       v41_export_probe read DIR [--expect NAME]\n"
+               "       v41_export_probe bump DIR OUT TENSOR INDEX\n");
   return 2;
 }
 
@@ -48,6 +75,7 @@ int usage() {
 int main(int argc, char** argv) {
   if (argc < 3) return usage();
   const std::string cmd = argv[1], dir = argv[2];
+  if (cmd == "bump") return argc == 6 ? bump(dir, argv[3], argv[4], argv[5]) : usage();
   std::string config = "v41-tiny", expect;
   uint64_t seed = 0;
   V41WriteOptions opt;
