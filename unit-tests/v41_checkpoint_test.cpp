@@ -393,6 +393,20 @@ TEST_F(V41Folder, WriterRefusesWeightsOffTheSchema) {
   EXPECT_FALSE(fs::exists(root() / "w"));
 }
 
+TEST_F(V41Folder, WriterRefusesATensorTwiceOrWithTheWrongByteCount) {
+  V41Checkpoint twice = ckpt();
+  twice.weights.tensors.push_back(*twice.weights.find("norm.weight"));
+  EXPECT_EQ(error_of([&] { write_v41_checkpoint(root() / "w2", twice); }),
+            "v41 checkpoint: the checkpoint to write: norm.weight: appears twice");
+  V41Checkpoint short_one = ckpt();
+  for (auto& t : short_one.weights.tensors)
+    if (t.name == "norm.weight") t.bytes.pop_back();
+  EXPECT_EQ(error_of([&] { write_v41_checkpoint(root() / "w3", short_one); }),
+            "v41 checkpoint: the checkpoint to write: norm.weight: holds 511 bytes, its dtype and shape need 512");
+  EXPECT_FALSE(fs::exists(root() / "w2"));
+  EXPECT_FALSE(fs::exists(root() / "w3"));
+}
+
 // ---- the folder: every refusal ------------------------------------------------------------------
 
 TEST_F(V41Folder, RefusesATensorMissingFromIndexAndShard) {
