@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <stdexcept>
 
 #include "model/error.hpp"
 #include "models/v41/checkpoint.hpp"
@@ -130,7 +131,9 @@ V41Checkpoint read_v41_checkpoint(const fs::path& dir) {
       if (m->second != f) fail(path, t.name, fmt::format("the index maps it to {}", m->second));
       const auto spec = std::lower_bound(schema.begin(), schema.end(), t.name,
                                          [](const V41TensorSpec& s, const std::string& n) { return s.name < n; });
-      if (spec == schema.end() || spec->name != t.name) fail(path, t.name, "not a tensor of the config's layout");
+      // An invariant, not a check of the input: the index names exactly the schema's tensors (above)
+      // and t is in the index, so its schema entry exists.
+      if (spec == schema.end() || spec->name != t.name) throw std::logic_error("v41 checkpoint: no schema entry for " + t.name);
       const std::string why = v41_tensor_mismatch(schema, *spec, t);
       if (!why.empty()) fail(path, t.name, why);
       total += int64_t(t.bytes.size());
