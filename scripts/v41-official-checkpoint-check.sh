@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Cross-checks the v41 checkpoint writer and reader (docs/v41.md §8.6) with DeepSeek's official
 # inference code, run by the oracle driver run_official.py of a copy of the v41-official folder:
-#   (a) a folder our writer makes (v41-tiny, seed 0) loads unchanged in
+#   (a) a folder our writer makes (v41-tiny and v41-wide, seed 0) loads unchanged in
 #       `run_official.py --checkpoint DIR --n 17`: the official model.py loads it and runs a prefill
 #       with finite logits and no warnings;
-#   (b) a folder `run_official.py --export DIR` makes is read by our reader, with the config of
-#       v41-tiny and 501 tensors.
+#   (b) a folder `run_official.py --preset P --export DIR` makes (P = tiny, wide) is read by our
+#       reader, with the config of the built-in meant to equal P and the export's count of tensors.
 # Not part of CI (it needs torch with FP8 dtypes). Usage:
 #   PYTHON=/path/to/venv/bin/python scripts/v41-official-checkpoint-check.sh OFFICIAL_DIR
 # OFFICIAL_DIR holds run_official.py; BUILD (default build/) holds the built v41_export_probe
@@ -26,25 +26,30 @@ fail=0
 bad() { echo "v41-official-checkpoint-check: FAIL: $*"; fail=1; }
 run_official() { (cd "$official" && "$py" run_official.py "$@"); }
 
-echo "== (a) our folder in the official code"
-"$probe" write "$tmp/ours" --config v41-tiny --seed 0 --shard-bytes 2000000 || bad "(a) the probe did not write"
-line=$(run_official --checkpoint "$tmp/ours" --n 17 --out "$tmp/ours-n17.npz") || bad "(a) run_official.py refused the folder"
-echo "$line"
-grep -q '"logits_finite": true' <<<"$line" || bad "(a) the logits are not finite"
-grep -q '"warnings": \[\]' <<<"$line" || bad "(a) run_official.py warned about the folder"
+# Each official preset and the built-in meant to equal it.
+for pair in "tiny v41-tiny" "wide v41-wide"; do
+  set -- $pair
+  preset=$1 builtin=$2
+  echo "== (a) our $builtin folder in the official code"
+  "$probe" write "$tmp/ours-$builtin" --config "$builtin" --seed 0 --shard-bytes 2000000 || bad "(a) $builtin: the probe did not write"
+  line=$(run_official --checkpoint "$tmp/ours-$builtin" --n 17 --out "$tmp/ours-$builtin-n17.npz") || bad "(a) $builtin: run_official.py refused the folder"
+  echo "$line"
+  grep -q '"logits_finite": true' <<<"$line" || bad "(a) $builtin: the logits are not finite"
+  grep -q '"warnings": \[\]' <<<"$line" || bad "(a) $builtin: run_official.py warned about the folder"
 
-echo "== (b) the official folder in our reader"
-line=$(run_official --export "$tmp/official") || bad "(b) run_official.py --export failed"
-echo "$line" | cut -c1-400
-line=$("$probe" read "$tmp/official" --expect v41-tiny) || bad "(b) our reader refused the official folder"
-echo "$line"
-grep -q '"config_vs_v41-tiny":\[\]' <<<"$line" || bad "(b) the official tiny config is not v41-tiny"
-grep -q '"tensors":501,' <<<"$line" || bad "(b) not the 501 tensors of v41-tiny"
-
+  echo "== (b) the official $preset folder in our reader"
+  exported=$(run_official --preset "$preset" --export "$tmp/official-$preset") || bad "(b) $preset: run_official.py --export failed"
+  echo "$exported" | cut -c1-400
+  line=$("$probe" read "$tmp/official-$preset" --expect "$builtin") || bad "(b) $preset: our reader refused the official folder"
+  echo "$line"
+  grep -q "\"config_vs_$builtin\":\[\]" <<<"$line" || bad "(b) the official $preset config is not $builtin"
+  n=$(grep -o '"tensors": [0-9]*' <<<"$exported" | grep -o '[0-9]*$')
+  grep -q "\"tensors\":$n," <<<"$line" || bad "(b) $preset: our reader found another count of tensors than the export's $n"
+done
 if [ "${ULP:-0}" = 1 ]; then
   echo "== one bf16 ulp of layers.0.attn_norm.weight[0], N = 64"
-  "$probe" bump "$tmp/ours" "$tmp/bumped" layers.0.attn_norm.weight 0 || bad "the probe did not bump"
-  run_official --checkpoint "$tmp/ours" --n 64 --out "$tmp/a.npz" >/dev/null || bad "run a"
+  "$probe" bump "$tmp/ours-v41-tiny" "$tmp/bumped" layers.0.attn_norm.weight 0 || bad "the probe did not bump"
+  run_official --checkpoint "$tmp/ours-v41-tiny" --n 64 --out "$tmp/a.npz" >/dev/null || bad "run a"
   run_official --checkpoint "$tmp/bumped" --n 64 --out "$tmp/b.npz" >/dev/null || bad "run b"
   "$py" "$official/compare_npz.py" "$tmp/a.npz" "$tmp/b.npz" | grep -E "layer[0-9]+_in|final_|logits|EQUAL"
 fi
