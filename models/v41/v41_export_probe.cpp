@@ -101,7 +101,10 @@ int main(int argc, char** argv) {
               {"digest", digest(ck.weights)}};
       if (!expect.empty()) {
         V41Config want = v41_builtin_config(expect);
+        // Labelled as the two files of one folder: "config.json" is the folder's value,
+        // "inference/config.json" the built-in's.
         line["config_vs_" + expect] = v41_config_disagreements(want, ck.config);
+        line["config_vs_reads"] = "config.json = the folder's value, inference/config.json = " + expect + "'s";
       }
     } else {
       return usage();
