@@ -358,6 +358,24 @@ TEST_F(V41Folder, ReadsBackBitwiseWhatWasWritten) {
   }
 }
 
+// v41-ced: the release's 40-layer schedule, Engram layers and 43 compress_ratios (DSpark off). (v41-wide
+// round-trips through the official code in §8.6; v41-flash is analytic only and has vision.)
+TEST(V41FolderBuiltins, CedReadsBackBitwise) {
+  for (const char* name : {"v41-ced"}) {
+    const fs::path d = fs::temp_directory_path() / fmt::format("v41_checkpoint_test.{}.{}", ::getpid(), name);
+    fs::remove_all(d);
+    const V41Checkpoint ck = make_v41_random_checkpoint(v41_builtin_config(name), test_seed());
+    write_v41_checkpoint(d, ck, {.shard_bytes = 8'000'000});
+    const V41Checkpoint back = read_v41_checkpoint(d);
+    fs::remove_all(d);
+    V41Config c = back.config;
+    c.name = name;
+    EXPECT_EQ(c, ck.config) << name;
+    EXPECT_EQ(digest(back.weights), digest(ck.weights)) << name;
+    EXPECT_EQ(back.weights.tensors.size(), ck.weights.tensors.size()) << name;
+  }
+}
+
 // Main shards hold whole groups (embed, one layer, norm + head) in order; each Engram table has the
 // last shards to itself, as the release keeps its two tables in shards 47 and 48 of 48.
 TEST_F(V41Folder, ShardsCutAtLayersWithEachEngramTableAlone) {
