@@ -251,10 +251,65 @@ TEST(V41Schema, RefusesLayoutsItDoesNotModel) {
             "experts) is modelled");
   EXPECT_EQ(error_of([&] { v41_schema(v41_builtin_config("v41-flash")); }),
             "v41 checkpoint: v41-flash: vision_n_layers > 0: the vision tensors (vision.*, aligner.*) are not modelled");
-  V41Config d = v41_builtin_config("v41-flash");
-  d.vision_n_layers = 0;
-  EXPECT_EQ(error_of([&] { v41_schema(d); }),
-            "v41 checkpoint: v41-flash: dspark_block_size > 0: the DSpark stages (mtp.*) are not modelled");
+}
+
+// v41-tiny with two DSpark stages (block size 4, target layer 5): the official driver's export of the
+// same config has 662 tensors holding 9,421,252 bytes (docs/v41.md §8.6). A stage is a block without
+// compressor, indexer, Engram or VL routing bias, with its own experts; stage 0 adds main_proj and
+// main_norm, the last stage norm, the Markov head and the confidence head; embed and head are the
+// backbone's, stored once.
+V41Config tiny_with_dspark(int64_t stages) {
+  V41Config c = v41_builtin_config("v41-tiny");
+  c.n_mtp_layers = stages;
+  c.dspark_block_size = 4;
+  c.dspark_target_layer_ids = {5};
+  c.compress_ratios.resize(size_t(6 + stages), 0);
+  validate_v41(c);
+  return c;
+}
+
+TEST(V41Schema, DSparkStagesAddTheOfficialMtpTensors) {
+  const auto s = v41_schema(tiny_with_dspark(2));
+  EXPECT_EQ(s.size(), 662u);
+  int64_t bytes = 0;
+  for (const auto& t : s) {
+    int64_t n = ced::safetensors_dtype_size(t.dtype);
+    for (int64_t d : t.shape) n *= d;
+    bytes += n;
+  }
+  EXPECT_EQ(bytes, 9'421'252);
+  struct Want { const char* name; const char* dtype; std::vector<int64_t> shape; };
+  const Want want[] = {
+      {"mtp.0.main_proj.weight", "F8_E4M3", {256, 256}},
+      {"mtp.0.main_proj.scale", "F8_E8M0", {8, 8}},
+      {"mtp.0.main_norm.weight", "BF16", {256}},
+      {"mtp.0.attn.wo_a.weight", "F8_E4M3", {128, 128}},
+      {"mtp.0.ffn.experts.7.w2.weight", "I8", {256, 64}},
+      {"mtp.1.norm.weight", "BF16", {256}},
+      {"mtp.1.markov_head.embed.weight", "BF16", {1024, 256}},
+      {"mtp.1.markov_head.head.weight", "BF16", {1024, 256}},
+      {"mtp.1.confidence_head.proj.weight", "BF16", {1, 512}},
+  };
+  for (const Want& w : want) {
+    const V41TensorSpec* t = find_spec(s, w.name);
+    ASSERT_NE(t, nullptr) << w.name;
+    EXPECT_EQ(t->dtype, w.dtype) << w.name;
+    EXPECT_EQ(t->shape, w.shape) << w.name;
+  }
+  for (const char* absent : {"mtp.0.ffn.gate.bias_vl", "mtp.0.embed.weight", "mtp.1.head.weight", "mtp.0.norm.weight",
+                             "mtp.1.main_proj.weight", "mtp.0.attn.compressor.wkv.weight", "mtp.0.engram.wkv.weight"})
+    EXPECT_EQ(find_spec(s, absent), nullptr) << absent;
+}
+
+TEST(V41FolderBuiltins, DSparkStagesReadBackBitwise) {
+  const fs::path d = fs::temp_directory_path() / fmt::format("v41_checkpoint_test.{}.dspark", ::getpid());
+  fs::remove_all(d);
+  const V41Checkpoint ck = make_v41_random_checkpoint(tiny_with_dspark(2), test_seed());
+  write_v41_checkpoint(d, ck, {.shard_bytes = 2'000'000});
+  const V41Checkpoint back = read_v41_checkpoint(d);
+  fs::remove_all(d);
+  EXPECT_EQ(digest(back.weights), digest(ck.weights));
+  EXPECT_EQ(back.config.n_mtp_layers, 2);
 }
 
 // ---- random weights -----------------------------------------------------------------------------
@@ -269,8 +324,9 @@ TEST(V41RandomWeights, AreAFunctionOfTheSeedAlone) {
   // rarely changes its power of two).
   for (size_t i = 0; i < a.weights.tensors.size(); ++i) {
     const std::string& n = a.weights.tensors[i].name;
-    if (!n.ends_with("bias_vl") && !n.ends_with(".scale"))
+    if (!n.ends_with("bias_vl") && !n.ends_with(".scale")) {
       EXPECT_FALSE(a.weights.tensors[i].bytes == other.weights.tensors[i].bytes) << n;
+    }
   }
   // The generator is integer and IEEE arithmetic only: seed 0 gives these bytes on every platform.
   EXPECT_EQ(digest(make_v41_random_checkpoint(c, 0).weights), 0xe5141202dcb4ac99ull);

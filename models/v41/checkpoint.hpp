@@ -43,9 +43,9 @@ struct V41TensorSpec {
 };
 
 // Every tensor of the release's layout for c (validated; plan = make_v41_plan(c)), scales
-// included, sorted by name. Only the release's format is modelled: dtype fp8 with fp4 experts,
-// no vision (vision_n_layers 0) and no DSpark stages (dspark_block_size 0); anything else is an
-// InputError "v41 checkpoint: NAME: why".
+// included, sorted by name; with dspark_block_size > 0 the DSpark stages' mtp.* tensors too. Only
+// the release's format is modelled: dtype fp8 with fp4 experts and no vision (vision_n_layers 0);
+// anything else is an InputError "v41 checkpoint: NAME: why".
 std::vector<V41TensorSpec> v41_schema(const V41Config& c, const V41Plan& p);
 inline std::vector<V41TensorSpec> v41_schema(const V41Config& c) { return v41_schema(c, make_v41_plan(c)); }
 
@@ -73,8 +73,9 @@ void check_v41_stub_tokenizer(const std::string& text, const std::string& origin
 // ---- the folder (docs/v41.md §8.4, §8.5) --------------------------------------------------------
 
 struct V41WriteOptions {
-  // A shard holds consecutive groups (the embedding, each layer without its Engram table, the final
-  // norm and head) up to this many bytes; each Engram table has a shard of its own.
+  // A shard holds consecutive groups (the embedding, each layer without its Engram table, each
+  // DSpark stage, the final norm and head) up to this many bytes; each Engram table has a shard of
+  // its own.
   int64_t shard_bytes = int64_t(5) * 1000 * 1000 * 1000;
 };
 

@@ -10,7 +10,8 @@
 namespace ced::v41 {
 namespace {
 
-// The group a tensor is sharded with: the embedding, one per layer, the final norm and head; an
+// The group a tensor is sharded with: the embedding, one per layer, one per DSpark stage, the final
+// norm and head; an
 // Engram table (weight and scale) is a group of its own, written after all the others.
 struct Group {
   std::string key;
@@ -29,10 +30,13 @@ std::vector<Group> shard_groups(const V41Checkpoint& ck) {
   };
   group_of("embed", false);
   for (int64_t l = 0; l < ck.config.n_layers; ++l) group_of(fmt::format("layers.{}.", l), false);
+  for (int64_t k = 0; ck.config.dspark_block_size > 0 && k < ck.config.n_mtp_layers; ++k)
+    group_of(fmt::format("mtp.{}.", k), false);
   group_of("final", false);
   for (const auto& t : ck.weights.tensors) {
     std::string key = t.name == "embed.weight" ? "embed" : "final";
     bool table = false;
+    if (t.name.starts_with("mtp.")) key = t.name.substr(0, t.name.find('.', 4) + 1);
     if (t.name.starts_with("layers.")) {
       key = t.name.substr(0, t.name.find('.', 7) + 1);
       if (t.name.find(".engram.embed.") != std::string::npos) key += "engram.embed", table = true;

@@ -58,7 +58,69 @@ void require_release_format(const V41Config& c) {
     refuse(fmt::format("dtype {} with expert_dtype {}: only the release's layout (fp8 with fp4 experts) is modelled",
                        c.dtype, c.expert_dtype.value_or("null")));
   if (c.vision_n_layers > 0) refuse("vision_n_layers > 0: the vision tensors (vision.*, aligner.*) are not modelled");
-  if (c.dspark_block_size > 0) refuse("dspark_block_size > 0: the DSpark stages (mtp.*) are not modelled");
+}
+
+// One block: a backbone layer (lp its plan) or a DSpark stage (lp null: SWA-only, no compressor,
+// indexer or Engram, no VL routing bias). L: "layers.3." or "mtp.0.".
+void block(SchemaBuilder& b, const V41Config& c, const std::string& L, const LayerPlan* lp, int64_t experts) {
+  const int64_t D = c.dim, hc = c.hc_mult, mix = (2 + hc) * hc;
+  // Block: the two norms and the hyper-connection mixes (fp32).
+  b.norm(L + "attn_norm", D);
+  b.norm(L + "ffn_norm", D);
+  for (const char* sub : {"attn", "ffn"}) {
+    b.plain(fmt::format("{}hc_{}_fn", L, sub), V41Format::F32, {mix, hc * D});
+    b.plain(fmt::format("{}hc_{}_base", L, sub), V41Format::F32, {mix});
+    b.plain(fmt::format("{}hc_{}_scale", L, sub), V41Format::F32, {3});
+  }
+  // Attention: low-rank q, one shared KV head, the grouped output (wo_a is fp8 in the file and
+  // dequantized to bf16 at load).
+  const std::string A = L + "attn.";
+  b.plain(A + "attn_sink", V41Format::F32, {c.n_heads});
+  b.fp8(A + "wq_a", c.q_lora_rank, D);
+  b.norm(A + "q_norm", c.q_lora_rank);
+  b.fp8(A + "wq_b", c.n_heads * c.head_dim, c.q_lora_rank);
+  b.fp8(A + "wkv", c.head_dim, D);
+  b.norm(A + "kv_norm", c.head_dim);
+  b.fp8(A + "wo_a", c.o_groups * c.o_lora_rank, c.n_heads * c.head_dim / c.o_groups);
+  b.fp8(A + "wo_b", D, c.o_groups * c.o_lora_rank);
+  if (lp && lp->owns_compressor) {
+    b.bf16_linear(A + "compressor.wkv", c.head_dim, D);  // promoted to fp32 at load when ratio > 1
+    if (lp->owns_wgate) b.bf16_linear(A + "compressor.wgate", c.head_dim, D);
+    b.norm(A + "compressor.norm", c.head_dim);
+  }
+  if (lp && lp->owns_indexer) {
+    b.fp8(A + "indexer.wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+    b.bf16_linear(A + "indexer.weights_proj", c.index_n_heads, D);
+  }
+  if (lp && lp->owns_index_k) {
+    b.bf16_linear(A + "indexer.wk", c.index_head_dim, c.head_dim);
+    b.norm(A + "indexer.k_norm", c.index_head_dim);
+  }
+  // MoE: the gate (its VL routing bias on every layer, as the release ships it), routed experts
+  // in fp4, the shared expert in fp8.
+  const std::string F = L + "ffn.";
+  b.bf16_linear(F + "gate", experts, D);
+  b.plain(F + "gate.bias", V41Format::F32, {experts});
+  if (lp) b.plain(F + "gate.bias_vl", V41Format::F32, {experts});
+  for (int64_t e = 0; e < experts; ++e) {
+    const std::string E = fmt::format("{}experts.{}.", F, e);
+    b.quantized(E + "w1", V41Format::Fp4K32, c.moe_inter_dim, D);
+    b.quantized(E + "w2", V41Format::Fp4K32, D, c.moe_inter_dim);
+    b.quantized(E + "w3", V41Format::Fp4K32, c.moe_inter_dim, D);
+  }
+  b.fp8(F + "shared_experts.w1", c.moe_inter_dim, D);
+  b.fp8(F + "shared_experts.w2", D, c.moe_inter_dim);
+  b.fp8(F + "shared_experts.w3", c.moe_inter_dim, D);
+  // Engram: the hash table (fp8 rows), the key/value projection, the per-copy gate weights.
+  if (lp && lp->engram) {
+    const auto it = std::find(c.engram_layer_ids.begin(), c.engram_layer_ids.end(), lp->layer);
+    const int64_t rows = c.engram_num_embeddings[size_t(it - c.engram_layer_ids.begin())];
+    const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
+    b.quantized(L + "engram.embed", V41Format::Fp8Rows, rows, c.engram_head_dim);
+    b.fp8(L + "engram.wkv", D * (hc + 1), cols * c.engram_head_dim);
+    b.plain(L + "engram.q_weight", V41Format::Bf16, {hc, D});
+    b.plain(L + "engram.k_weight", V41Format::Bf16, {hc, D});
+  }
 }
 
 }  // namespace
@@ -78,70 +140,30 @@ const char* v41_format_name(V41Format f) {
 std::vector<V41TensorSpec> v41_schema(const V41Config& c, const V41Plan& p) {
   require_release_format(c);
   SchemaBuilder b;
-  const int64_t D = c.dim, hc = c.hc_mult, mix = (2 + hc) * hc;
+  const int64_t D = c.dim;
   b.plain("embed.weight", V41Format::Bf16, {c.vocab_size, D});
   b.norm("norm", D);
   b.plain("head.weight", V41Format::Bf16, {c.vocab_size, D});  // fp32 in model.py, bf16 in the file
-  for (const LayerPlan& lp : p.layers) {
-    const std::string L = fmt::format("layers.{}.", lp.layer);
-    // Block: the two norms and the hyper-connection mixes (fp32).
-    b.norm(L + "attn_norm", D);
-    b.norm(L + "ffn_norm", D);
-    for (const char* sub : {"attn", "ffn"}) {
-      b.plain(fmt::format("{}hc_{}_fn", L, sub), V41Format::F32, {mix, hc * D});
-      b.plain(fmt::format("{}hc_{}_base", L, sub), V41Format::F32, {mix});
-      b.plain(fmt::format("{}hc_{}_scale", L, sub), V41Format::F32, {3});
+  for (const LayerPlan& lp : p.layers) block(b, c, fmt::format("layers.{}.", lp.layer), &lp, c.n_routed_experts);
+  // DSpark stages (model.py's DSparkBlock under mtp.*): a block with a window-only attention and its
+  // own expert count; stage 0 adds main_proj / main_norm, the last stage the norm and the Markov and
+  // confidence heads (fp32 or bf16 in model.py, BF16 in the file). Their embed and head are the
+  // backbone's, stored once.
+  if (c.dspark_block_size > 0)
+    for (int64_t k = 0; k < c.n_mtp_layers; ++k) {
+      const std::string M = fmt::format("mtp.{}.", k);
+      block(b, c, M, nullptr, c.dspark_n_routed_experts > 0 ? c.dspark_n_routed_experts : c.n_routed_experts);
+      if (k == 0) {
+        b.fp8(M + "main_proj", D, D * int64_t(c.dspark_target_layer_ids.size()));
+        b.norm(M + "main_norm", D);
+      }
+      if (k == c.n_mtp_layers - 1) {
+        b.norm(M + "norm", D);
+        b.bf16_linear(M + "markov_head.embed", c.vocab_size, c.dspark_markov_rank);
+        b.bf16_linear(M + "markov_head.head", c.vocab_size, c.dspark_markov_rank);
+        b.bf16_linear(M + "confidence_head.proj", 1, D + c.dspark_markov_rank);
+      }
     }
-    // Attention: low-rank q, one shared KV head, the grouped output (wo_a is fp8 in the file and
-    // dequantized to bf16 at load).
-    const std::string A = L + "attn.";
-    b.plain(A + "attn_sink", V41Format::F32, {c.n_heads});
-    b.fp8(A + "wq_a", c.q_lora_rank, D);
-    b.norm(A + "q_norm", c.q_lora_rank);
-    b.fp8(A + "wq_b", c.n_heads * c.head_dim, c.q_lora_rank);
-    b.fp8(A + "wkv", c.head_dim, D);
-    b.norm(A + "kv_norm", c.head_dim);
-    b.fp8(A + "wo_a", c.o_groups * c.o_lora_rank, c.n_heads * c.head_dim / c.o_groups);
-    b.fp8(A + "wo_b", D, c.o_groups * c.o_lora_rank);
-    if (lp.owns_compressor) {
-      b.bf16_linear(A + "compressor.wkv", c.head_dim, D);  // promoted to fp32 at load when ratio > 1
-      if (lp.owns_wgate) b.bf16_linear(A + "compressor.wgate", c.head_dim, D);
-      b.norm(A + "compressor.norm", c.head_dim);
-    }
-    if (lp.owns_indexer) {
-      b.fp8(A + "indexer.wq_b", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
-      b.bf16_linear(A + "indexer.weights_proj", c.index_n_heads, D);
-    }
-    if (lp.owns_index_k) {
-      b.bf16_linear(A + "indexer.wk", c.index_head_dim, c.head_dim);
-      b.norm(A + "indexer.k_norm", c.index_head_dim);
-    }
-    // MoE: the gate (its VL routing bias on every layer, as the release ships it), routed experts
-    // in fp4, the shared expert in fp8.
-    const std::string F = L + "ffn.";
-    b.bf16_linear(F + "gate", c.n_routed_experts, D);
-    b.plain(F + "gate.bias", V41Format::F32, {c.n_routed_experts});
-    b.plain(F + "gate.bias_vl", V41Format::F32, {c.n_routed_experts});
-    for (int64_t e = 0; e < c.n_routed_experts; ++e) {
-      const std::string E = fmt::format("{}experts.{}.", F, e);
-      b.quantized(E + "w1", V41Format::Fp4K32, c.moe_inter_dim, D);
-      b.quantized(E + "w2", V41Format::Fp4K32, D, c.moe_inter_dim);
-      b.quantized(E + "w3", V41Format::Fp4K32, c.moe_inter_dim, D);
-    }
-    b.fp8(F + "shared_experts.w1", c.moe_inter_dim, D);
-    b.fp8(F + "shared_experts.w2", D, c.moe_inter_dim);
-    b.fp8(F + "shared_experts.w3", c.moe_inter_dim, D);
-    // Engram: the hash table (fp8 rows), the key/value projection, the per-copy gate weights.
-    if (lp.engram) {
-      const auto it = std::find(c.engram_layer_ids.begin(), c.engram_layer_ids.end(), lp.layer);
-      const int64_t rows = c.engram_num_embeddings[size_t(it - c.engram_layer_ids.begin())];
-      const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
-      b.quantized(L + "engram.embed", V41Format::Fp8Rows, rows, c.engram_head_dim);
-      b.fp8(L + "engram.wkv", D * (hc + 1), cols * c.engram_head_dim);
-      b.plain(L + "engram.q_weight", V41Format::Bf16, {hc, D});
-      b.plain(L + "engram.k_weight", V41Format::Bf16, {hc, D});
-    }
-  }
   std::sort(b.out.begin(), b.out.end(), [](const auto& x, const auto& y) { return x.name < y.name; });
   return b.out;
 }

@@ -1,5 +1,6 @@
 // docs/v41.md §8.6: a test-only driver for the cross-check with the official code.
-//   v41_export_probe write DIR [--config NAME] [--seed S] [--shard-bytes B]
+//   v41_export_probe write DIR [--config NAME] [--seed S] [--shard-bytes B] [--dspark-stages K]
+//     (--dspark-stages K: the built-in with K DSpark stages, block size 4, targeting its last layer)
 //   v41_export_probe read DIR [--expect NAME]
 //   v41_export_probe bump DIR OUT TENSOR INDEX   (OUT: DIR's checkpoint with one BF16 element one ulp up)
 // Each prints one JSON line; a refused input is one line on stderr and exit 2.
@@ -64,7 +65,7 @@ int bump(const std::string& dir, const std::string& out, const std::string& tens
 
 int usage() {
   std::fprintf(stderr,
-               "usage: v41_export_probe write DIR [--config NAME] [--seed S] [--shard-bytes B]\n"
+               "usage: v41_export_probe write DIR [--config NAME] [--seed S] [--shard-bytes B] [--dspark-stages K]\n"
                "       v41_export_probe read DIR [--expect NAME]\n"
                "       v41_export_probe bump DIR OUT TENSOR INDEX\n");
   return 2;
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
   if (cmd == "bump") return argc == 6 ? bump(dir, argv[3], argv[4], argv[5]) : usage();
   std::string config = "v41-tiny", expect;
   uint64_t seed = 0;
+  int64_t dspark_stages = 0;
   V41WriteOptions opt;
   try {
     for (int i = 3; i + 1 < argc; i += 2) {
@@ -86,12 +88,21 @@ int main(int argc, char** argv) {
       else if (flag == "--seed") seed = std::stoull(value);
       else if (flag == "--shard-bytes") opt.shard_bytes = std::stoll(value);
       else if (flag == "--expect") expect = value;
+      else if (flag == "--dspark-stages") dspark_stages = std::stoll(value);
       else return usage();
     }
     if ((argc - 3) % 2 != 0) return usage();
     nlohmann::ordered_json line;
     if (cmd == "write") {
-      const V41Checkpoint ck = make_v41_random_checkpoint(v41_builtin_config(config), seed);
+      V41Config c = v41_builtin_config(config);
+      if (dspark_stages > 0) {
+        c.n_mtp_layers = dspark_stages;
+        c.dspark_block_size = 4;
+        c.dspark_target_layer_ids = {c.n_layers - 1};
+        c.compress_ratios.resize(size_t(c.n_layers + dspark_stages), 0);
+        validate_v41(c);
+      }
+      const V41Checkpoint ck = make_v41_random_checkpoint(c, seed);
       const auto files = write_v41_checkpoint(dir, ck, opt);
       line = {{"write", dir}, {"config", config}, {"seed", seed}, {"tensors", ck.weights.tensors.size()},
               {"total_size", bytes_of(ck.weights)}, {"digest", digest(ck.weights)}, {"files", files}};
