@@ -56,6 +56,31 @@ const V41TensorSpec* find_spec(const std::vector<V41TensorSpec>& schema, const s
   return nullptr;
 }
 
+struct Want {
+  const char* name;
+  const char* dtype;
+  std::vector<int64_t> shape;
+};
+// Each wanted tensor is in the schema with its dtype and shape.
+void expect_specs(const std::vector<V41TensorSpec>& schema, const std::vector<Want>& want) {
+  for (const Want& w : want) {
+    const V41TensorSpec* t = find_spec(schema, w.name);
+    ASSERT_NE(t, nullptr) << w.name;
+    EXPECT_EQ(t->dtype, w.dtype) << w.name;
+    EXPECT_EQ(t->shape, w.shape) << w.name;
+  }
+}
+
+int64_t schema_bytes(const std::vector<V41TensorSpec>& schema) {
+  int64_t bytes = 0;
+  for (const auto& t : schema) {
+    int64_t n = ced::safetensors_dtype_size(t.dtype);
+    for (int64_t d : t.shape) n *= d;
+    bytes += n;
+  }
+  return bytes;
+}
+
 // FNV-1a 64 over every tensor's name and bytes in name order: pins the generator's output.
 uint64_t digest(const SafetensorsFile& f) {
   uint64_t h = 0xCBF29CE484222325ull;
@@ -152,13 +177,7 @@ class V41Folder : public ::testing::Test {
 TEST(V41Schema, TinyHasTheOfficialTinyExportsTensorCountAndBytes) {
   const auto schema = v41_schema(v41_builtin_config("v41-tiny"));
   EXPECT_EQ(schema.size(), 501u);
-  int64_t bytes = 0;
-  for (const auto& s : schema) {
-    int64_t n = ced::safetensors_dtype_size(s.dtype);
-    for (int64_t d : s.shape) n *= d;
-    bytes += n;
-  }
-  EXPECT_EQ(bytes, 6'671'348);
+  EXPECT_EQ(schema_bytes(schema), 6'671'348);
   EXPECT_TRUE(std::is_sorted(schema.begin(), schema.end(), [](auto& a, auto& b) { return a.name < b.name; }));
 }
 
@@ -186,8 +205,7 @@ TEST(V41Schema, EachLayerHasTheModulesItsRoleOwns) {
 // D 256, q 64, H 4 x 64, G 2 x 64, E 8 x 128, IH 4 x 64, Engram rows 660 / 864 x 32).
 TEST(V41Schema, EachFormatHasItsDtypeShapeAndScaleBlocks) {
   const auto s = v41_schema(v41_builtin_config("v41-tiny"));
-  struct Want { const char* name; const char* dtype; std::vector<int64_t> shape; };
-  const Want want[] = {
+  const std::vector<Want> want = {
       {"embed.weight", "BF16", {1024, 256}},
       {"head.weight", "BF16", {1024, 256}},
       {"norm.weight", "BF16", {256}},
@@ -218,12 +236,7 @@ TEST(V41Schema, EachFormatHasItsDtypeShapeAndScaleBlocks) {
       {"layers.0.engram.wkv.weight", "F8_E4M3", {1280, 192}},
       {"layers.0.engram.q_weight", "BF16", {4, 256}},
   };
-  for (const Want& w : want) {
-    const V41TensorSpec* t = find_spec(s, w.name);
-    ASSERT_NE(t, nullptr) << w.name;
-    EXPECT_EQ(t->dtype, w.dtype) << w.name;
-    EXPECT_EQ(t->shape, w.shape) << w.name;
-  }
+  expect_specs(s, want);
   EXPECT_EQ(find_spec(s, "layers.0.ffn.experts.8.w1.weight"), nullptr);
 }
 
@@ -271,15 +284,8 @@ V41Config tiny_with_dspark(int64_t stages) {
 TEST(V41Schema, DSparkStagesAddTheOfficialMtpTensors) {
   const auto s = v41_schema(tiny_with_dspark(2));
   EXPECT_EQ(s.size(), 662u);
-  int64_t bytes = 0;
-  for (const auto& t : s) {
-    int64_t n = ced::safetensors_dtype_size(t.dtype);
-    for (int64_t d : t.shape) n *= d;
-    bytes += n;
-  }
-  EXPECT_EQ(bytes, 9'421'252);
-  struct Want { const char* name; const char* dtype; std::vector<int64_t> shape; };
-  const Want want[] = {
+  EXPECT_EQ(schema_bytes(s), 9'421'252);
+  const std::vector<Want> want = {
       {"mtp.0.main_proj.weight", "F8_E4M3", {256, 256}},
       {"mtp.0.main_proj.scale", "F8_E8M0", {8, 8}},
       {"mtp.0.main_norm.weight", "BF16", {256}},
@@ -290,12 +296,7 @@ TEST(V41Schema, DSparkStagesAddTheOfficialMtpTensors) {
       {"mtp.1.markov_head.head.weight", "BF16", {1024, 256}},
       {"mtp.1.confidence_head.proj.weight", "BF16", {1, 512}},
   };
-  for (const Want& w : want) {
-    const V41TensorSpec* t = find_spec(s, w.name);
-    ASSERT_NE(t, nullptr) << w.name;
-    EXPECT_EQ(t->dtype, w.dtype) << w.name;
-    EXPECT_EQ(t->shape, w.shape) << w.name;
-  }
+  expect_specs(s, want);
   for (const char* absent : {"mtp.0.ffn.gate.bias_vl", "mtp.0.embed.weight", "mtp.1.head.weight", "mtp.0.norm.weight",
                              "mtp.1.main_proj.weight", "mtp.0.attn.compressor.wkv.weight", "mtp.0.engram.wkv.weight"})
     EXPECT_EQ(find_spec(s, absent), nullptr) << absent;
