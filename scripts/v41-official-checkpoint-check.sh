@@ -47,7 +47,7 @@ for pair in "tiny v41-tiny" "wide v41-wide"; do
   n=$(grep -o '"tensors": [0-9]*' <<<"$exported" | grep -o '[0-9]*$')
   grep -q "\"tensors\":$n," <<<"$line" || bad "(b) $preset: our reader found another count of tensors than the export's $n"
 done
-# Two DSpark stages (block size 4, target layer 5) on tiny: the mtp.* tensors, both directions.
+# Two DSpark stages (block size 4, target layers 3, 4, 5) on tiny: the mtp.* tensors, both directions.
 echo "== (a) our v41-tiny folder with two DSpark stages in the official code"
 "$probe" write "$tmp/ours-dspark" --config v41-tiny --seed 0 --dspark-stages 2 --shard-bytes 2000000 || bad "(a) DSpark: the probe did not write"
 line=$(run_official --checkpoint "$tmp/ours-dspark" --n 17 --out "$tmp/ours-dspark-n17.npz") || bad "(a) DSpark: run_official.py refused the folder"
@@ -55,7 +55,7 @@ echo "$line"
 grep -q '"warnings": \[\]' <<<"$line" || bad "(a) DSpark: run_official.py warned about the folder"
 echo "== (b) the official tiny folder with two DSpark stages in our reader"
 exported=$(run_official --export "$tmp/official-dspark" --set n_mtp_layers=2 --set dspark_block_size=4 \
-  --set 'dspark_target_layer_ids=[5]' --set 'compress_ratios=[0,2,2,1,1,1,0,0]') || bad "(b) DSpark: --export failed"
+  --set 'dspark_target_layer_ids=[3,4,5]' --set 'compress_ratios=[0,2,2,1,1,1,0,0]') || bad "(b) DSpark: --export failed"
 echo "$exported" | cut -c1-400
 line=$("$probe" read "$tmp/official-dspark") || bad "(b) DSpark: our reader refused the official folder"
 echo "$line"

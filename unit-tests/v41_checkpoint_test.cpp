@@ -266,8 +266,8 @@ TEST(V41Schema, RefusesLayoutsItDoesNotModel) {
             "v41 checkpoint: v41-flash: vision_n_layers > 0: the vision tensors (vision.*, aligner.*) are not modelled");
 }
 
-// v41-tiny with two DSpark stages (block size 4, target layer 5): the official driver's export of the
-// same config has 662 tensors holding 9,421,252 bytes (docs/v41.md §8.6). A stage is a block without
+// v41-tiny with two DSpark stages (block size 4, target layers 3, 4, 5): the official driver's export
+// of the same config has 662 tensors holding 9,552,452 bytes (docs/v41.md §8.6). A stage is a block without
 // compressor, indexer, Engram or VL routing bias, with its own experts; stage 0 adds main_proj and
 // main_norm, the last stage norm, the Markov head and the confidence head; embed and head are the
 // backbone's, stored once.
@@ -275,7 +275,7 @@ V41Config tiny_with_dspark(int64_t stages) {
   V41Config c = v41_builtin_config("v41-tiny");
   c.n_mtp_layers = stages;
   c.dspark_block_size = 4;
-  c.dspark_target_layer_ids = {5};
+  c.dspark_target_layer_ids = {3, 4, 5};
   c.compress_ratios.resize(size_t(6 + stages), 0);
   validate_v41(c);
   return c;
@@ -284,10 +284,10 @@ V41Config tiny_with_dspark(int64_t stages) {
 TEST(V41Schema, DSparkStagesAddTheOfficialMtpTensors) {
   const auto s = v41_schema(tiny_with_dspark(2));
   EXPECT_EQ(s.size(), 662u);
-  EXPECT_EQ(schema_bytes(s), 9'421'252);
+  EXPECT_EQ(schema_bytes(s), 9'552'452);
   const std::vector<Want> want = {
-      {"mtp.0.main_proj.weight", "F8_E4M3", {256, 256}},
-      {"mtp.0.main_proj.scale", "F8_E8M0", {8, 8}},
+      {"mtp.0.main_proj.weight", "F8_E4M3", {256, 768}},
+      {"mtp.0.main_proj.scale", "F8_E8M0", {8, 24}},
       {"mtp.0.main_norm.weight", "BF16", {256}},
       {"mtp.0.attn.wo_a.weight", "F8_E4M3", {128, 128}},
       {"mtp.0.ffn.experts.7.w2.weight", "I8", {256, 64}},

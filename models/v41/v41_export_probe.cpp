@@ -1,11 +1,12 @@
 // docs/v41.md §8.6: a test-only driver for the cross-check with the official code.
 //   v41_export_probe write DIR [--config NAME] [--seed S] [--shard-bytes B] [--dspark-stages K]
-//     (--dspark-stages K: the built-in with K DSpark stages, block size 4, targeting its last layer)
+//     (--dspark-stages K: the built-in with K DSpark stages, block size 4, targeting its last 3 layers)
 //   v41_export_probe read DIR [--expect NAME]
 //   v41_export_probe bump DIR OUT TENSOR INDEX   (OUT: DIR's checkpoint with one BF16 element one ulp up)
 // Each prints one JSON line; a refused input is one line on stderr and exit 2.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -98,7 +99,8 @@ int main(int argc, char** argv) {
       if (dspark_stages > 0) {
         c.n_mtp_layers = dspark_stages;
         c.dspark_block_size = 4;
-        c.dspark_target_layer_ids = {c.n_layers - 1};
+        c.dspark_target_layer_ids.clear();
+        for (int64_t l = std::max<int64_t>(0, c.n_layers - 3); l < c.n_layers; ++l) c.dspark_target_layer_ids.push_back(l);
         c.compress_ratios.resize(size_t(c.n_layers + dspark_stages), 0);
         validate_v41(c);
       }
