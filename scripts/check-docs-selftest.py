@@ -24,7 +24,9 @@ CLEAN = {
     "README.md": "# Demo\n\nRead [the spec](docs/spec.md), [its weights](docs/spec.md#2-weights), "
                  "[the web](https://example.org/x.md).\n\n```cpp\nauto f = [&](const std::string& name) {};\n```\n"
                  "Inline `[a](missing.md)` code is not a link.\n",
-    "src/a.cpp": f"// docs/spec.md {S}1.2: validation.\nint main() {{ return 0; }}\n",
+    "src/a.cpp": f"// docs/spec.md {S}1.2: validation.\n// docs/family.md {S}3: its numerics.\nint main() {{ return 0; }}\n",
+    # a second specification page, cited by name: its own bare sections cite it, not docs/spec.md
+    "docs/family.md": f"# A family\n\n## 3. Numerics\n\n### 3.1 Codes\n\nAs {S}3.1 says; the [spec](spec.md) {S}1.2 too.\n",
 }
 
 # name -> (file, text appended, the message kind expected)
@@ -36,6 +38,9 @@ PLANTS = {
     "reference-link": ("README.md", "\n[ref]: docs/absent.md\n", "link:"),
     "missing-section": ("src/a.cpp", f"// docs/spec.md {S}3.4: selection.\n", "section:"),
     "missing-section-in-md": ("README.md", f"\nAs {S}7 says.\n", "section:"),
+    # sections that exist in docs/spec.md but not in the page they cite
+    "section-of-another-page": ("src/a.cpp", f"// docs/family.md {S}1.2: validation.\n", "section:"),
+    "bare-section-in-cited-page": ("docs/family.md", f"\nAs {S}2 says.\n", "section:"),
     "old-citation": ("src/a.cpp", "// SPEC" + f" {S}1: config.\n", "old-cite:"),
     "sibling-shared-path": ("README.md", "\nThe contract is in `.." + "/shared/x`.\n", "outside:"),
     "external-contract": ("src/a.cpp", "// see SPEC" + ".md\n", "outside:"),

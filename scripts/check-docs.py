@@ -6,8 +6,10 @@ Usage: check-docs.py [ROOT]   (default: the repository this script is in)
 Fails (exit 1, one line per problem) on:
   link      a Markdown link in a .md file whose relative target (file, or #anchor in a .md
             file) does not resolve; web links (http, https, mailto) are not followed;
-  section   a "§N" section number anywhere in a text file that is not a heading of
-            docs/spec.md (every § in this repository cites that file);
+  section   a "§N" section number anywhere in a text file that is not a heading of the page it
+            cites: the last specification page (a page of docs/ that some text cites as
+            `docs/NAME.md §N`) named before it on its line, else the page it stands in when that
+            is one, else docs/spec.md;
   old-cite  the retired citation form (the word SPEC followed by §): cite `docs/spec.md §N`;
   outside   a reference to something outside the repository: a sibling checkout's shared
             folder, an external contract file, or an absolute path into the filesystem of the
@@ -112,6 +114,19 @@ def spec_sections(text):
     return out
 
 
+PAGE = re.compile(r"([A-Za-z0-9_-]+)\.md\b")
+CITED_PAGE = re.compile(r"docs/([A-Za-z0-9_-]+)\.md`? ?§")
+
+
+def cited_page(before, rel, numbered):
+    """The page a "§N" cites: the last specification page named earlier on its line (`docs/v41.md §3`,
+    `[v41.md](v41.md) §3`), else the page it stands in when that is one, else docs/spec.md."""
+    for name in reversed(PAGE.findall(before)):
+        if f"docs/{name}.md" in numbered:
+            return f"docs/{name}.md"
+    return rel if rel in numbered else SPEC
+
+
 def main(argv):
     if len(argv) > 2 or (len(argv) == 2 and argv[1] in ("-h", "--help")):
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
@@ -133,6 +148,12 @@ def main(argv):
             if t is not None:
                 texts[rel] = t
     sections = spec_sections(texts.get(SPEC, read_text(spec_path) or ""))
+    # Every page of docs/ with numbered headings is a citable specification (docs/spec.md, docs/v41.md).
+    # A page of docs/ is a specification when some text cites one of its sections by its name
+    # ("docs/v41.md §3"); its own bare "§N" then cite it. Other pages' bare "§N" cite docs/spec.md.
+    cited = {f"docs/{m.group(1)}.md" for t in texts.values() for m in CITED_PAGE.finditer(t)}
+    numbered = {rel: spec_sections(t) for rel, t in texts.items() if rel in cited and spec_sections(t)}
+    numbered[SPEC] = sections
     anchor_cache = {}
     problems = []
 
@@ -145,8 +166,9 @@ def main(argv):
             if OLD_CITE.search(line):
                 problems.append(f"{rel}:{n}: old-cite: write `{SPEC} §N` instead: {line.strip()[:120]}")
             for m in SECTION.finditer(line):
-                if m.group(1) not in sections:
-                    problems.append(f"{rel}:{n}: section: §{m.group(1)} is not a heading of {SPEC}")
+                target = cited_page(line[:m.start()], rel, numbered)
+                if m.group(1) not in numbered[target]:
+                    problems.append(f"{rel}:{n}: section: §{m.group(1)} is not a heading of {target}")
         if not rel.endswith(".md"):
             continue
         base = os.path.dirname(rel)
