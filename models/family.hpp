@@ -12,10 +12,8 @@ namespace ced {
 
 struct ModelFamily {
   std::string name;                   // "lab" | "v41"
-  std::string description;            // one line
   std::string spec;                   // its specification in docs/
   std::vector<std::string> builtins;  // its built-in configs, from its one table
-  std::string config_files;           // what a config file of this family is
 };
 
 // Every family, lab first.

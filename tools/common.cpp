@@ -72,7 +72,7 @@ CLI::Validator backend_name() {
 }
 
 void ModelOptions::add(CLI::App* sub, bool config_required) {
-  auto* o = sub->add_option("--config", config, "built-in name (tiny, small, v41-shape, bench, lab-flash) or TOML file");
+  auto* o = sub->add_option("--config", config, fmt::format("built-in name ({}) or TOML file", fmt::join(builtin_names(), ", ")));
   if (config_required) o->required();
   sub->add_option("--weight-seed", weight_seed, "weight_seed of docs/spec.md §2")->capture_default_str()->transform(unsigned_integer());
   sub->add_option("--token-seed", token_seed, "token_seed of docs/spec.md §2")->capture_default_str()->transform(unsigned_integer());
