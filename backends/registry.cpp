@@ -1,6 +1,7 @@
 #include "backends/registry.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include "model/error.hpp"
@@ -47,12 +48,22 @@ std::vector<BackendEntry> build_table() {
 #endif
   t.push_back(cuda);
   t.push_back(bf16);
+  // The v41 family's reference (models/v41/): its scalar type is the regime's, f64 the widest.
+  BackendEntry v41{"v41-reference", "f64", "", true, 8,
+                   "the CPU reference of the released DeepSeek-V4.1-Flash, regimes release | bf16 | f64 (models/v41/)",
+                   {}, {}, ""};
+  v41.family = "v41";
+  v41.v41_factory = [](const v41::V41Config& c, const SafetensorsFile& w, v41::V41Regime r) {
+    return std::make_unique<v41::V41Model>(c, w, r);
+  };
+  t.push_back(v41);
   return t;
 }
 
 }  // namespace
 
 std::string BackendEntry::unavailable_reason() const {
+  if (family == "v41") return v41_factory ? std::string() : std::string("not built");
   if (!factory) return not_built.empty() ? "not built" : "not built: " + not_built;
   return available ? available() : std::string();
 }
@@ -66,6 +77,13 @@ std::vector<std::string> backend_names() {
   std::vector<std::string> n;
   for (const auto& e : backend_table()) n.push_back(e.name);
   return n;
+}
+
+std::vector<const BackendEntry*> backend_table_of_family(const std::string& family) {
+  std::vector<const BackendEntry*> t;
+  for (const auto& e : backend_table())
+    if (e.family == family) t.push_back(&e);
+  return t;
 }
 
 std::vector<std::string> backend_names_of_family(const std::string& family) {
@@ -85,14 +103,30 @@ const BackendEntry& backend_entry(const std::string& name) {
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const Config& c, uint64_t weight_seed) {
   const BackendEntry& e = backend_entry(name);
+  if (e.family != "lab")
+    throw InputError(fmt::format("--backend {}: it computes the {} model family; config {} is a lab config (its "
+                                 "backends: {})",
+                                 name, e.family, c.name, fmt::join(backend_names_of_family("lab"), ", ")));
   if (const std::string why = e.unavailable_reason(); !why.empty())
     throw NotSupported(fmt::format("backend {}: {}", name, why));
   return e.factory(c, weight_seed);
 }
 
+std::unique_ptr<v41::V41Model> make_v41_backend(const std::string& name, const v41::V41Config& c,
+                                                const SafetensorsFile& weights, v41::V41Regime regime) {
+  const BackendEntry& e = backend_entry(name);
+  if (e.family != "v41")
+    throw InputError(fmt::format("--backend {}: it computes the {} model family; config {} is a v41 config (its "
+                                 "backends: {})",
+                                 name, e.family, c.name, fmt::join(backend_names_of_family("v41"), ", ")));
+  if (const std::string why = e.unavailable_reason(); !why.empty())
+    throw NotSupported(fmt::format("backend {}: {}", name, why));
+  return e.v41_factory(c, weights, regime);
+}
+
 void check_fits_in_memory(const Config& c, int64_t n_positions, const std::string& backend) {
   const BackendEntry& e = backend_entry(backend);
-  if (e.host_bytes_per_value == 0) return;
+  if (e.host_bytes_per_value == 0 || e.family != "lab") return;
   const double need = estimate_run_bytes(c, n_positions, e.host_bytes_per_value);
   const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   if (need > 0.8 * have)

@@ -12,9 +12,10 @@ using namespace ced;
 
 namespace {
 
-TEST(BackendRegistry, EveryEntryRunsHereWithItsScalarTypeOrSaysWhyNot) {
+TEST(BackendRegistry, EveryLabEntryRunsHereWithItsScalarTypeOrSaysWhyNot) {
   const Config c = builtin_config("tiny");
-  for (const auto& e : backend_table()) {
+  for (const BackendEntry* be : backend_table_of_family("lab")) {
+    const BackendEntry& e = *be;
     SCOPED_TRACE(e.name);
     const std::string why = e.unavailable_reason();
     if (why.empty()) {
@@ -43,10 +44,28 @@ TEST(BackendRegistry, CudaEntriesHaveAFactoryExactlyWhenCudaIsBuilt) {
   }
 }
 
-TEST(BackendRegistry, EveryEntryNamesAGoldenPolicyFileThatExists) {
-  for (const auto& e : backend_table())
-    EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::path(CED_GOLDEN_POLICY_DIR) / e.golden_policy))
-        << e.name << ": " << e.golden_policy;
+TEST(BackendRegistry, EveryLabEntryNamesAGoldenPolicyFileThatExists) {
+  for (const BackendEntry* e : backend_table_of_family("lab"))
+    EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::path(CED_GOLDEN_POLICY_DIR) / e->golden_policy))
+        << e->name << ": " << e->golden_policy;
+}
+
+TEST(BackendRegistry, TheV41ReferenceIsTheV41FamilysAndRefusesALabConfig) {
+  EXPECT_EQ(backend_names_of_family("v41"), std::vector<std::string>{"v41-reference"});
+  EXPECT_EQ(backend_entry("v41-reference").unavailable_reason(), "");
+  try {
+    make_backend("v41-reference", builtin_config("tiny"), 1);
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("v41 model family"), std::string::npos) << e.what();
+  }
+  const v41::V41Config c = v41::v41_builtin_config("v41-tiny");
+  try {
+    make_v41_backend("reference", c, {}, v41::V41Regime::f64);
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("lab model family"), std::string::npos) << e.what();
+  }
 }
 
 TEST(BackendRegistry, NamesAreUniqueAndExactlyOneEntryIsJudgedBitwise) {
@@ -54,6 +73,7 @@ TEST(BackendRegistry, NamesAreUniqueAndExactlyOneEntryIsJudgedBitwise) {
   int bitwise = 0;
   for (const auto& e : backend_table()) {
     EXPECT_TRUE(names.insert(e.name).second) << "duplicate " << e.name;
+    if (e.family != "lab") continue;  // the golden files and their policies are the lab model's
     EXPECT_TRUE(e.scalar == "f32" || e.scalar == "f64" || e.scalar == "bf16") << e.name << ": " << e.scalar;
     EXPECT_FALSE(e.description.empty()) << e.name;
     if (!e.gate_calibrated) {

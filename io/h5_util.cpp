@@ -194,6 +194,18 @@ bool has_attr(hid_t file, const std::string& obj, const std::string& name) {
   return r > 0;
 }
 
+std::vector<std::string> attr_names(hid_t file, const std::string& obj) {
+  Handle o = open_object(file, obj);
+  std::vector<std::string> names;
+  auto add = [](hid_t, const char* name, const H5A_info_t*, void* out) -> herr_t {
+    static_cast<std::vector<std::string>*>(out)->push_back(name);
+    return 0;
+  };
+  hsize_t at = 0;
+  check(H5Aiterate2(o.get(), H5_INDEX_NAME, H5_ITER_INC, &at, add, &names), obj, "cannot list its attributes");
+  return names;
+}
+
 void write_int_attr(hid_t file, const std::string& obj, const std::string& name, int64_t v) {
   write_scalar_attr(file, obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
 }

@@ -33,6 +33,8 @@ void create_group(hid_t file, const std::string& path, bool track_order = false)
 std::vector<std::string> list(hid_t file, const std::string& group);
 
 bool has_attr(hid_t file, const std::string& obj, const std::string& name);
+// Every attribute's name of an object, in name order.
+std::vector<std::string> attr_names(hid_t file, const std::string& obj);
 void write_int_attr(hid_t file, const std::string& obj, const std::string& name, int64_t v);    // int64
 void write_uint_attr(hid_t file, const std::string& obj, const std::string& name, uint64_t v);  // uint64
 void write_real_attr(hid_t file, const std::string& obj, const std::string& name, double v);    // double

@@ -10,6 +10,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "io/h5_file_ops.hpp"
 #include "io/h5_util.hpp"
 #include "io/hdf5_run.hpp"
 #include "io/weights_export.hpp"
@@ -24,55 +25,6 @@ namespace fs = std::filesystem;
 
 [[noreturn]] void fail(const std::string& obj, const std::string& what) {
   throw InputError(fmt::format("{}: {}", obj, what));
-}
-
-// ---- files ----------------------------------------------------------------
-
-// Runs `body` on a fresh temporary file next to `path`, then renames it into
-// place. On any failure the temporary file is removed and an existing file at
-// `path` is left as it was.
-template <class Body>
-void write_atomically(const fs::path& path, Body&& body) {
-  h5::quiet_errors();
-  auto error = [&](const std::string& why) {
-    return InputError(fmt::format("cannot write '{}': {}", path.string(), why));
-  };
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw error(fmt::format("directory '{}' does not exist", dir.string()));
-  if (fs::is_directory(path, ec)) throw error("is a directory");
-  if (::access(dir.c_str(), W_OK) != 0) throw error(fmt::format("directory '{}' is not writable", dir.string()));
-  static std::atomic<uint64_t> counter{0};
-  const fs::path tmp = dir / fmt::format("{}.tmp.{}.{}", path.filename().string(), ::getpid(), counter++);
-  try {
-    h5::Handle file = h5::create_file(tmp);
-    body(file.get());
-    h5::close_file(file);
-    fs::rename(tmp, path);
-  } catch (const InputError& e) {
-    fs::remove(tmp, ec);
-    throw error(e.what());
-  } catch (const fs::filesystem_error& e) {
-    fs::remove(tmp, ec);
-    throw error(e.code().message());
-  } catch (...) {
-    fs::remove(tmp, ec);
-    throw;
-  }
-}
-
-// Runs `body` on the opened file; every InputError gains the file's name.
-template <class Body>
-auto read_file(const fs::path& path, Body&& body) {
-  h5::quiet_errors();
-  try {
-    h5::Handle file = h5::open_file_read(path);
-    return body(file.get());
-  } catch (const InputError& e) {
-    throw InputError(fmt::format("cannot read '{}': {}", path.string(), e.what()));
-  } catch (const std::bad_alloc&) {
-    throw InputError(fmt::format("cannot read '{}': out of memory (corrupt shape?)", path.string()));
-  }
 }
 
 // ---- root -----------------------------------------------------------------
@@ -258,7 +210,7 @@ const NamedRun* RunFile::find_run(std::string_view name) const {
 }
 
 void write_run_file(const fs::path& path, const RunFile& f) {
-  write_atomically(path, [&](hid_t file) {
+  h5::write_atomically(path, [&](hid_t file) {
     validate(f.config);
     write_root(file, f.generator);
     write_config(file, f.config);
@@ -275,11 +227,11 @@ void write_run_file(const fs::path& path, const RunFile& f) {
 }
 
 RunFile read_run_file_header(const fs::path& path) {
-  return read_file(path, [&](hid_t file) { return read_header(file, path); });
+  return h5::read_file(path, [&](hid_t file) { return read_header(file, path); });
 }
 
 RunFile read_run_file(const fs::path& path) {
-  return read_file(path, [&](hid_t file) {
+  return h5::read_file(path, [&](hid_t file) {
     RunFile f = read_header(file, path);
     for (const std::string& name : h5::list(file, "/runs"))
       f.runs.push_back({name, h5::read_run(file, "/runs/" + name, f.config, static_cast<int64_t>(f.tokens.size()),
@@ -289,14 +241,14 @@ RunFile read_run_file(const fs::path& path) {
 }
 
 std::vector<std::string> list_runs(const fs::path& path) {
-  return read_file(path, [&](hid_t file) {
+  return h5::read_file(path, [&](hid_t file) {
     read_root(file);
     return h5::list(file, "/runs");
   });
 }
 
 RunResult read_run(const fs::path& path, const std::string& run) {
-  return read_file(path, [&](hid_t file) {
+  return h5::read_file(path, [&](hid_t file) {
     const RunFile f = read_header(file, path);
     const std::string rp = "/runs/" + run;
     if (run.empty() || run == "." || run.find('/') != std::string::npos || !h5::exists(file, rp)) {
@@ -310,7 +262,7 @@ RunResult read_run(const fs::path& path, const std::string& run) {
 }
 
 WeightTensor read_weight(const fs::path& path, const std::string& name) {
-  return read_file(path, [&](hid_t file) {
+  return h5::read_file(path, [&](hid_t file) {
     read_root(file);
     if (!h5::exists(file, "/weights")) fail("/weights", "is missing (the file was written without weights)");
     const std::string wp = "/weights/" + name;
@@ -363,7 +315,7 @@ void read_cache_inputs(hid_t file, CacheFile& f) {
 }  // namespace
 
 void write_cache_file(const fs::path& path, const CacheFile& f) {
-  write_atomically(path, [&](hid_t file) {
+  h5::write_atomically(path, [&](hid_t file) {
     validate(f.config);
     write_root(file, f.generator);
     write_config(file, f.config);
@@ -374,7 +326,7 @@ void write_cache_file(const fs::path& path, const CacheFile& f) {
 }
 
 CacheFile read_cache_file(const fs::path& path) {
-  return read_file(path, [&](hid_t file) {
+  return h5::read_file(path, [&](hid_t file) {
     CacheFile f;
     f.generator = read_root(file).generator;
     f.config = read_config(file, path.string());
@@ -387,7 +339,7 @@ CacheFile read_cache_file(const fs::path& path) {
 }
 
 void write_table_file(const fs::path& path, const TableFile& t) {
-  write_atomically(path, [&](hid_t file) {
+  h5::write_atomically(path, [&](hid_t file) {
     write_root(file, t.generator);
     write_config(file, t.config);
     for (const auto& [k, v] : t.attrs) h5::write_string_attr(file, "/", k, v);
@@ -405,7 +357,7 @@ void write_table_file(const fs::path& path, const TableFile& t) {
 
 TableFile read_table_file(const fs::path& path, const std::vector<std::string>& attr_names,
                           const std::vector<std::string>& group_names) {
-  return read_file(path, [&](hid_t file) {
+  return h5::read_file(path, [&](hid_t file) {
     TableFile t;
     if (!h5::has_attr(file, "/", "format") || h5::read_string_attr(file, "/", "format") != kFileFormat)
       fail("/", fmt::format("not a {} file", kFileFormat));

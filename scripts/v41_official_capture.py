@@ -16,6 +16,10 @@ passes both paths). Writes OUT (safetensors) holding, as F32 / I32 / I8 tensors:
   [layers, max_ngram] (the int64 multipliers as two 32-bit halves); rope_{swa,compressed}_{cos,sin}
   [N, rope_head_dim / 2] (the official precompute_freqs_cis). Metadata: the official run's JSON line,
   the weights file's path and the .npz's meta.
+
+With --checkpoint DIR (a folder `ced export` wrote) and an OUT ending in .h5 it writes instead the v41 run
+file of docs/v41.md §12, the layout `ced run --out` writes: the golden files of golden/v41/ (regenerated
+by scripts/v41-official-golden.sh).
 """
 import argparse
 import json
@@ -32,11 +36,23 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=17)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--input-seed", type=int, default=0)
+    ap.add_argument("--checkpoint", help="run this release-layout folder instead of a preset")
+    ap.add_argument("--config-name", help="with --checkpoint: the built-in the folder was exported from")
+    ap.add_argument("--weight-seed", type=int, help="with --checkpoint: the --weight-seed it was exported with")
+    ap.add_argument("--boost", action="append", default=[],
+                    help="with --checkpoint: a `ced export --boost TENSOR=K` it was exported with (recorded)")
     args = ap.parse_args()
+    to_h5 = args.out.endswith(".h5")
+    if to_h5 and not (args.checkpoint and args.config_name and args.weight_seed is not None):
+        raise SystemExit("v41_official_capture.py: an .h5 run file needs --checkpoint, --config-name and --weight-seed")
 
     official = Path(args.official).resolve()
     out = Path(args.out).resolve()
-    npz = out.with_suffix(".npz")
+    import tempfile
+    # The official driver's own .npz: beside a safetensors OUT (the compare script reads both), in a
+    # temporary folder for a run file.
+    scratch = tempfile.TemporaryDirectory()  # removed when main returns
+    npz = Path(scratch.name) / "capture.npz" if to_h5 else out.with_suffix(".npz")
 
     import io
     import contextlib
@@ -99,7 +115,8 @@ def main() -> int:
     RO.load_official = load_and_observe
     h1 = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
     h2 = torch.nn.modules.module.register_module_forward_hook(post_hook)
-    argv = ["--preset", args.preset, "--mode", args.mode, "--n", str(args.n), "--threads", str(args.threads),
+    source = ["--checkpoint", str(Path(args.checkpoint).resolve())] if args.checkpoint else ["--preset", args.preset]
+    argv = source + ["--mode", args.mode, "--n", str(args.n), "--threads", str(args.threads),
             "--input-seed", str(args.input_seed), "--out", str(npz)]
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
@@ -130,7 +147,11 @@ def main() -> int:
             t[k] = v.astype(np.float32)
 
     from safetensors import safe_open
-    with safe_open(line["weights"], "pt") as f:
+    weights = Path(line["weights"])
+    if weights.is_dir():  # a folder: the shard the index names for head.weight
+        index = json.loads((weights / "model.safetensors.index.json").read_text())
+        weights = weights / index["weight_map"]["head.weight"]
+    with safe_open(str(weights), "pt") as f:
         head = f.get_tensor("head.weight").float()
     with torch.no_grad():
         t["logits"] = torch.nn.functional.linear(torch.from_numpy(t["final_normed"]).float(), head).numpy()
@@ -153,10 +174,121 @@ def main() -> int:
             t[f"rope_{kind}_sin"] = fc.imag.contiguous().numpy().astype(np.float32)
     t.update(extra)
     t = {k: np.ascontiguousarray(v) for k, v in t.items()}
+    if to_h5:
+        write_run_file(out, t, line, meta, args, official)
+        print(json.dumps({"out": str(out), "weights": line["weights"], "logits_sha256": line["logits_sha256"]}))
+        return 0
     save_file(t, str(out), metadata={"run": json.dumps(line), "weights": line["weights"],
                                      "meta": json.dumps(meta), "format": "ced-v41-official-capture 1"})
     print(json.dumps({"out": str(out), "weights": line["weights"], "logits_sha256": line["logits_sha256"]}))
     return 0
+
+
+# The capture's names -> the run file's /layers/L/NAME (docs/v41.md §12); the rest keep theirs.
+RENAMED = {"engram_hash_ids": "hash_ids", "gate_experts": "experts", "gate_weights": "expert_weights"}
+
+
+def weights_digest(folder: Path) -> str:
+    """v41_weights_digest of the C++ side: FNV-1a 64 over every tensor's name, dtype, shape (int64 LE) and
+    bytes, in name order, over the shards the index names."""
+    import struct
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    tensors = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        raw = (folder / shard).read_bytes()
+        n = struct.unpack("<Q", raw[:8])[0]
+        header = json.loads(raw[8:8 + n])
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            a, b = info["data_offsets"]
+            tensors[name] = (info["dtype"], info["shape"], raw[8 + n + a:8 + n + b])
+    h = 0xCBF29CE484222325
+    mask = (1 << 64) - 1
+
+    def mix(data: bytes):
+        nonlocal h
+        for byte in data:
+            h = ((h ^ byte) * 0x100000001B3) & mask
+
+    for name in sorted(tensors):
+        dtype, shape, data = tensors[name]
+        mix(name.encode())
+        mix(dtype.encode())
+        mix(struct.pack(f"<{len(shape)}q", *shape))
+        mix(data)
+    return f"{h:016x}"
+
+
+def write_run_file(out: Path, t: dict, line: dict, meta: dict, args, official: Path) -> None:
+    """The v41 run file (docs/v41.md §12), written to a temporary name and renamed into place. Values that
+    are all bf16 are stored as their 16 bits (encoding = "bf16"), the rest as float32; both exact."""
+    import hashlib
+    import platform
+    import h5py
+    import numpy as np
+
+    folder = Path(args.checkpoint).resolve()
+    tmp = out.with_name(out.name + ".tmp")
+
+    def put(f, path, v):
+        v = np.ascontiguousarray(v)
+        opts = {"compression": "gzip", "compression_opts": 9, "shuffle": True} if v.size > 64 else {}
+        if v.dtype.kind == "f":
+            v32 = v.astype(np.float32)
+            bits = v32.view(np.uint32)
+            if np.all(bits & 0xFFFF == 0):
+                d = f.create_dataset(path, data=(bits >> 16).astype(np.uint16), **opts)
+                d.attrs["encoding"] = "bf16"
+            else:
+                f.create_dataset(path, data=v32, **opts)
+        else:
+            f.create_dataset(path, data=v.astype(np.int64), **opts)
+
+    with h5py.File(tmp, "w", track_order=True) as f:
+        f.attrs["format"] = "ced-v41-run"
+        f.attrs["format_version"] = np.int64(1)
+        f.attrs["generator"] = ("DeepSeek-V4.1-Flash inference/model.py (revision "
+                                "dba1be0a40aa45a94ad051997016db3960a90277) through run_official.py, "
+                                "scripts/v41_official_capture.py")
+        f.attrs["config"] = (folder / "inference" / "config.json").read_text()
+        f.attrs["config_name"] = args.config_name
+        f.attrs["regime"] = "release" if args.mode == "fp8" else "bf16"
+        f.attrs["weights_digest"] = weights_digest(folder)
+        f.attrs["weight_seed"] = np.uint64(args.weight_seed)
+        p = f.create_group("provenance")
+        p.attrs["torch"] = meta["torch"]
+        p.attrs["numpy"] = np.__version__
+        p.attrs["python"] = platform.python_version()
+        p.attrs["threads"] = str(meta["threads"])
+        p.attrs["official_mode"] = args.mode
+        p.attrs["input_seed"] = str(args.input_seed)
+        p.attrs["official_sha256"] = json.dumps(meta["official_sha256"], sort_keys=True)
+        p.attrs["kernel_module"] = meta["kernel_module"]
+        p.attrs["run_official_sha256"] = hashlib.sha256((official / "run_official.py").read_bytes()).hexdigest()
+        p.attrs["capture_script_sha256"] = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+        p.attrs["checkpoint_sha256"] = meta["weights_sha256"]
+        p.attrs["logits_sha256"] = line["logits_sha256"]
+        if args.boost:
+            p.attrs["boost"] = ",".join(args.boost)
+        f.create_dataset("tokens", data=t["input_ids"].astype(np.int64))
+        lay = f.create_group("layers", track_order=True)
+        for l in range(meta["model_args"]["n_layers"]):
+            lay.create_group(str(l))
+        for k, v in t.items():
+            # sparse_attn's query and output are 60 % of a file; the compare script's capture has them.
+            if not k.startswith("layer") or k.endswith(("_attn_q", "_attn_o")):
+                continue
+            head, name = k.split("_", 1)
+            put(f, f"layers/{int(head[5:])}/{RENAMED.get(name, name)}", v)
+        put(f, "final/collapsed", t["final_collapsed"])
+        put(f, "final/normed", t["final_normed"])
+        put(f, "logits", t["logits"])
+        put(f, "logits_last", t["logits_last"])
+        for kind in ("swa", "compressed"):
+            for part in ("cos", "sin"):
+                put(f, f"rope/{kind}_{part}", t[f"rope_{kind}_{part}"])
+    tmp.replace(out)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 #include "model/error.hpp"
 #include "model/weights.hpp"
 #include "tools/common.hpp"
+#include "tools/v41_commands.hpp"
 
 namespace ced::tools {
 
@@ -14,16 +15,34 @@ Runner add_export(CLI::App& app) {
     ModelOptions model;
     std::string dtype = "f32", format = "safetensors", out;
     int64_t tokens = 0;
+    int64_t shard_bytes = 0;
+    std::vector<std::string> boost;
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("export", "write every weight tensor (and optionally the prompt) as safetensors or HDF5");
+  auto* sub = app.add_subcommand(
+      "export", "write every weight tensor (and optionally the prompt) as safetensors or HDF5; for a v41 config, a "
+                "checkpoint folder in the release's layout (docs/v41.md §11)");
   o->model.add(sub);
   sub->add_option("--dtype", o->dtype, "f32 | f64 | bf16")->capture_default_str()->check(CLI::IsMember({"f32", "f64", "bf16"}));
   sub->add_option("--format", o->format, "safetensors | h5")->capture_default_str()->check(CLI::IsMember({"safetensors", "h5"}));
   sub->add_option("--tokens", o->tokens, "also the first N prompt tokens of docs/spec.md §2.3 (tensor `tokens`)")
       ->transform(integer_in(1, kMaxLength));
-  sub->add_option("--out", o->out, "output file")->required()->check(non_empty());
-  return {sub, [o] {
+  sub->add_option("--shard-bytes", o->shard_bytes, "v41: the most bytes of tensors per shard (default 5 GB)")
+      ->transform(integer_in(1, int64_t(1) << 40));
+  sub->add_option("--boost", o->boost, "test only: TENSOR=K multiplies a v41 FP8 weight by 2^K (negative controls)")
+      ->group("");
+  sub->add_option("--out", o->out, "output file (a v41 config: the folder)")->required()->check(non_empty());
+  return {sub, [o, sub] {
+            if (names_v41_family(o->model.config)) {
+              for (const char* lab_only : {"--dtype", "--format", "--tokens", "--token-seed", "--set"})
+                if (sub->count(lab_only) > 0)
+                  throw InputError(fmt::format("{}: the lab family's option; a v41 export writes the release's "
+                                               "dtypes and no prompt",
+                                               lab_only));
+              return export_v41({o->model.config, o->model.weight_seed, o->out, o->shard_bytes, o->boost});
+            }
+            if (sub->count("--shard-bytes") > 0) throw InputError("--shard-bytes: only a v41 export is sharded");
+            if (sub->count("--boost") > 0) throw InputError("--boost: only for a v41 export");
             WeightsExport e;
             e.config = o->model.load();
             e.weight_seed = o->model.weight_seed;

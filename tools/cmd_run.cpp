@@ -7,6 +7,7 @@
 #include "model/error.hpp"
 #include "model/weights.hpp"
 #include "tools/common.hpp"
+#include "tools/v41_commands.hpp"
 
 namespace ced::tools {
 namespace {
@@ -43,11 +44,17 @@ Runner add_run(CLI::App& app) {
     int64_t prefix = -1, decode = 0, resume_replay = -1;
     bool weights = false;
     std::string fault = "none", cache_out, cache_in;
+    std::string checkpoint, regime = "release", token_file;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("run", "run one prefill (and decode) on one backend and write it as HDF5");
-  o->model.add(sub);
-  sub->add_option("--tokens", o->tokens, "prompt length N")->required()->transform(integer_in(1, kMaxLength));
+  o->model.add(sub, false);
+  sub->add_option("--checkpoint", o->checkpoint, "v41: run this release-layout folder (instead of --config)")
+      ->check(non_empty());
+  sub->add_option("--regime", o->regime, "v41: release | bf16 | f64 (docs/v41.md §8.1)")->capture_default_str();
+  sub->add_option("--token-file", o->token_file, "v41: the prompt's token ids, whitespace-separated (instead of --tokens)")
+      ->check(non_empty());
+  sub->add_option("--tokens", o->tokens, "prompt length N")->transform(integer_in(1, kMaxLength));
   sub->add_option("--mode", o->mode, "full | ced | resume")->capture_default_str()->check(CLI::IsMember({"full", "ced", "resume"}));
   sub->add_option("--replay", o->replay, "bounded | exact | full | K (ced, resume; default bounded)")
       ->check(non_empty());
@@ -64,11 +71,35 @@ Runner add_run(CLI::App& app) {
   sub->add_option("--logits", o->logits, "all | last: prefill positions whose logits are kept")->capture_default_str();
   sub->add_flag("--weights", o->weights, "also store every weight tensor (/weights)");
   sub->add_option("--run", o->run_name, "run name in the file (default: the mode and replay)")->check(non_empty());
-  sub->add_option("--out", o->out, "output HDF5 file")->required();
+  sub->add_option("--out", o->out, "output HDF5 file (v41: optional, the v41 run file of docs/v41.md §12)");
   sub->add_option("--cache-in", o->cache_in, "resume: read the persisted cache from this file")->check(non_empty());
   sub->add_option("--cache-out", o->cache_out, "write the persisted cache (docs/spec.md §6) to this file")->check(non_empty());
   sub->add_option("--fault", o->fault, "test only: inject a fault (negative controls)")->group("");
-  return {sub, [o] {
+  return {sub, [o, sub] {
+            const bool v41 = !o->checkpoint.empty() || (sub->count("--config") > 0 && names_v41_family(o->model.config));
+            if (sub->count("--config") == 0 && o->checkpoint.empty()) throw InputError("--config is required");
+            if (v41) {
+              if (!o->checkpoint.empty() && sub->count("--config") > 0)
+                throw InputError("--checkpoint: a folder carries its config; give --checkpoint or --config, not both");
+              for (const char* lab_only : {"--mode", "--replay", "--prefix", "--resume-replay", "--decode", "--capture",
+                                           "--logits", "--weights", "--run", "--cache-in", "--cache-out", "--fault",
+                                           "--set"})
+                if (sub->count(lab_only) > 0)
+                  throw InputError(fmt::format("{}: not for a v41 run (a full prefill; docs/v41.md §12)", lab_only));
+              if ((sub->count("--tokens") > 0) == !o->token_file.empty())
+                throw InputError("--tokens or --token-file: a v41 run takes exactly one");
+              if (!o->checkpoint.empty() && sub->count("--weight-seed") > 0)
+                throw InputError("--weight-seed: a checkpoint folder carries its weights");
+              return run_v41({o->model.config, o->checkpoint, o->model.weight_seed, o->model.token_seed, o->regime,
+                              sub->count("--backend") > 0 ? o->backend : "v41-reference", o->tokens, o->token_file,
+                              o->out});
+            }
+            for (const char* v41_only : {"--checkpoint", "--regime", "--token-file"})
+              if (sub->count(v41_only) > 0)
+                throw InputError(fmt::format("{}: an option of the v41 family; config {} is a lab config", v41_only,
+                                             o->model.config));
+            if (sub->count("--tokens") == 0) throw InputError("--tokens is required");
+            if (o->out.empty()) throw InputError("--out is required");
             const Config c = o->model.load();
             RunRequest r;
             r.mode = parse_mode(o->mode);

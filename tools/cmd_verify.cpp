@@ -101,7 +101,8 @@ Runner add_verify(CLI::App& app) {
             heading("CUDA side by side");
             // Every device backend of the registry that can run here, gated
             // like the reference; what it cannot do is listed, not failed.
-            for (const auto& e : backend_table()) {
+            for (const BackendEntry* be : backend_table_of_family("lab")) {
+              const BackendEntry& e = *be;
               if (e.host_bytes_per_value != 0) continue;  // a CPU backend
               if (const std::string why = e.unavailable_reason(); !why.empty()) {
                 std::printf("  %s: skipped: %s\n", e.name.c_str(), why.c_str());

@@ -91,12 +91,12 @@ TEST(Cli, RunningTheLabModelAtTheReleasedSizesOnTheCpuIsRefusedWithAMemoryEstima
   expect_usage_error("run --config lab-flash --tokens 16 --out " + (scratch() / "f.h5").string(), "GiB");
 }
 
-// A config of the v41 family is named as such, with the backends the registry has for it, not taken for a
-// missing TOML file; no output is written.
-TEST(Cli, AConfigOfTheV41FamilyIsRefusedNamingItsFamilyAndItsBackends) {
-  for (const std::string cmd : {"run --config v41-tiny --tokens 4 --out " + (scratch() / "v.h5").string(),
+// A command of the lab family given a v41 config names the family and the backends the registry has for
+// it, rather than taking the name for a missing TOML file; no output is written.
+TEST(Cli, ALabCommandGivenAV41ConfigIsRefusedNamingItsFamilyAndItsBackends) {
+  for (const std::string cmd : {"replay-error --config v41-tiny --tokens 4 --out " + (scratch() / "v.h5").string(),
                                 std::string("oracle --config v41-flash"), std::string("spans --config v41-ced")}) {
-    expect_usage_error(cmd, "a config of the v41 model family (docs/v41.md), which has no backend in this build yet");
+    expect_usage_error(cmd, "a config of the v41 model family (docs/v41.md), which runs on v41-reference");
   }
   EXPECT_FALSE(fs::exists(scratch() / "v.h5"));
 }

@@ -61,5 +61,6 @@ TEST(ModelFamilies, EveryBackendComputesAKnownFamilyAndTheListsPartitionTheRegis
   for (const auto& f : model_families()) listed += backend_names_of_family(f.name).size();
   EXPECT_EQ(listed, backend_names().size());
   for (const auto& e : backend_table()) EXPECT_NO_THROW(model_family(e.family)) << e.name;
-  EXPECT_EQ(backend_names_of_family("lab"), backend_names());  // today every backend computes the lab model
+  EXPECT_EQ(backend_names_of_family("lab"), (std::vector<std::string>{"reference", "reference-f64", "cuda", "cuda-bf16"}));
+  EXPECT_EQ(backend_names_of_family("v41"), std::vector<std::string>{"v41-reference"});
 }

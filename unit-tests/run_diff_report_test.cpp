@@ -98,7 +98,7 @@ TEST(RunDiffReport, UnknownBackendListsEveryBackend) {
     make_backend("frobnicate", load_config("tiny"), 0);
     FAIL() << "no error";
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), "--backend: 'frobnicate' is not one of reference, reference-f64, cuda, cuda-bf16");
+    EXPECT_EQ(std::string(e.what()), "--backend: 'frobnicate' is not one of reference, reference-f64, cuda, cuda-bf16, v41-reference");
   }
 }
 

@@ -126,6 +126,7 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
   Vec qr = lin(L, x, N, L.w.wq_a, true);
   rmsnorm(L.a, qr, c.q_lora_rank, L.w.q_norm, c.norm_eps);
   Vec q = lin(L, qr, N, L.w.wq_b, true);  // [N, H, hd]; no per-head norm in V4.1
+  if (L.fault == V41Fault::v4_q_norm) rmsnorm(L.a, q, hd, std::vector<double>(static_cast<size_t>(hd), 1.0), c.norm_eps);
   rope_rows(L, q, N, H, hd, at_t, false);
 
   // The window KV: one shared K = V head, RoPE, FP8 QDQ of the whole vector (rope tail included).
@@ -157,7 +158,8 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
       cap.topk_idxs = shared.topk_idxs;
     }
     if (!latent.empty()) {  // RoPE at the group's first token, then FP4 per 16 with e4m3 scales
-      rope_rows(L, latent, T, 1, hd, [r](int64_t j) { return j * r; }, false);
+      if (L.fault != V41Fault::unrotated_compressed_keys)
+        rope_rows(L, latent, T, 1, hd, [r](int64_t j) { return j * r; }, false);
       qdq_fp4_e4m3_16(L.a, latent, hd);
       shared.compress_kv = latent;
       shared.compress_rows = T;

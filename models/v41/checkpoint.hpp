@@ -101,4 +101,28 @@ std::string v41_tensor_mismatch(const std::vector<V41TensorSpec>& schema, const 
 // (v41_tensor_mismatch). InputError "v41 checkpoint: ORIGIN: TENSOR: why".
 void check_v41_weights(const V41Checkpoint& ckpt, const std::string& origin);
 
+// ---- scaled weights for the negative controls (docs/v41.md §12.4) ------------------------------------
+
+// Multiplies a quantized weight by 2^k exactly, by adding k to every E8M0 byte of its scale (InputError
+// when `weight` has no .scale tensor or a byte would leave [0, 254]). The clamp of SwiGLU acts only on
+// pre-activations above swiglu_limit, which the random weights never reach: a control of the clamp
+// needs an expert this hot (`ced export --boost`, the golden file *-hot.h5).
+void boost_v41_weight(V41Checkpoint& ckpt, const std::string& weight, int k);
+
+// ---- footprint and digest (docs/v41.md §11.7) -------------------------------------------------------
+
+// The text model's size for a config, from its schema alone (no vision, no DSpark stages): for a
+// refusal before any tensor is read or made.
+struct V41Footprint {
+  int64_t parameters = 0;    // FP4 codes counted two per byte, scales not counted
+  int64_t stored_bytes = 0;  // the shards' tensor bytes
+};
+V41Footprint v41_footprint(const V41Config& c);
+// InputError with the figures for a config the reference cannot hold here (v41-flash always: it is
+// analytic_only).
+void check_v41_fits_in_memory(const V41Config& c);
+// FNV-1a 64 over every tensor's name, dtype, shape (int64 little-endian) and bytes, in name order, as
+// 16 hex digits: the same tensors give the same digest whatever the sharding.
+std::string v41_weights_digest(const SafetensorsFile& f);
+
 }  // namespace ced::v41

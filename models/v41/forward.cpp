@@ -42,6 +42,19 @@ V41Regime v41_regime_from_name(std::string_view name) {
   throw InputError(fmt::format("v41 regime '{}': unknown (known: {})", name, fmt::join(v41_regime_names(), ", ")));
 }
 
+const std::vector<std::string>& v41_fault_names() {
+  static const std::vector<std::string> names = {"none", "v4-q-norm", "one-rope-theta", "unrotated-compressed-keys",
+                                                 "unclamped-shared-expert", "mhc-same-sublayer"};
+  return names;
+}
+
+V41Fault v41_fault_from_name(std::string_view name) {
+  const auto& n = v41_fault_names();
+  for (size_t i = 0; i < n.size(); ++i)
+    if (name == n[i]) return static_cast<V41Fault>(i);
+  throw InputError(fmt::format("v41 fault '{}': unknown (known: {})", name, fmt::join(n, ", ")));
+}
+
 V41Model::V41Model(const V41Config& config, const SafetensorsFile& weights, V41Regime regime)
     : config_(config), regime_(regime) {
   validate_v41(config_);
@@ -114,6 +127,18 @@ std::vector<int64_t> V41Model::engram_hash_ids(std::span<const int64_t> tokens, 
   return ids;
 }
 
+namespace {
+
+// A layer's rotary table: YaRN and compress_rope_theta on compressed layers (docs/v41.md §8.4).
+fwd::RopeTable layer_rope(const fwd::Arith& a, const V41Config& c, const LayerPlan& lp, int64_t N, V41Fault fault) {
+  if (fault == V41Fault::one_rope_theta)
+    return fwd::rope_table(a, c.rope_head_dim, N, 0, c.rope_theta, c.rope_factor, c.beta_fast, c.beta_slow);
+  return fwd::rope_table(a, c.rope_head_dim, N, lp.yarn ? c.original_seq_len : 0, lp.rope_theta, c.rope_factor,
+                         c.beta_fast, c.beta_slow);
+}
+
+}  // namespace
+
 V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
                                     int64_t N, std::span<const int64_t> hash_ids, V41SharedAttention& shared) const {
   const V41Config& c = config_;
@@ -124,9 +149,8 @@ V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> strea
     throw InputError(fmt::format("v41 layer {}: streams must be [N, {}, {}] and pre_mix [N, {}] for N = {}", layer, hc,
                                  D, hc, N));
   const fwd::Arith a(regime_);
-  const fwd::RopeTable rope = fwd::rope_table(a, c.rope_head_dim, N, lp.yarn ? c.original_seq_len : 0, lp.rope_theta,
-                                              c.rope_factor, c.beta_fast, c.beta_slow);
-  const fwd::LayerCtx L{c, lp, w, a, rope, N};
+  const fwd::RopeTable rope = layer_rope(a, config_, lp, N, fault_);
+  const fwd::LayerCtx L{c, lp, w, a, rope, N, fault_};
   V41LayerCapture cap;
   cap.layer = layer;
   std::vector<double> x(streams.begin(), streams.end());
@@ -141,7 +165,8 @@ V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> strea
   // Attention: its mixes from its input; collapse with the previous sublayer's pre (staggered).
   fwd::HcMix am = fwd::hc_mixes(a, x, N, hc, D, w.hc_attn_fn, w.hc_attn_scale, w.hc_attn_base, c.norm_eps,
                                 c.hc_sinkhorn_iters, c.hc_eps);
-  std::vector<double> y = fwd::hc_pre(a, x, pre_mix, N, hc, D);
+  const bool same_sublayer = fault_ == V41Fault::mhc_same_sublayer;
+  std::vector<double> y = fwd::hc_pre(a, x, same_sublayer ? std::span<const double>(am.pre) : pre_mix, N, hc, D);
   fwd::rmsnorm(a, y, D, w.attn_norm, c.norm_eps);
   cap.attn_x = y;
   y = fwd::attention_forward(L, y, shared, cap);
@@ -151,7 +176,7 @@ V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> strea
   // FFN: its mixes from the new streams; collapse with this layer's attention pre.
   fwd::HcMix fm = fwd::hc_mixes(a, x, N, hc, D, w.hc_ffn_fn, w.hc_ffn_scale, w.hc_ffn_base, c.norm_eps,
                                 c.hc_sinkhorn_iters, c.hc_eps);
-  y = fwd::hc_pre(a, x, am.pre, N, hc, D);
+  y = fwd::hc_pre(a, x, same_sublayer ? fm.pre : am.pre, N, hc, D);
   fwd::rmsnorm(a, y, D, w.ffn_norm, c.norm_eps);
   cap.ffn_x = y;
   y = fwd::moe_forward(L, y, cap);
@@ -171,16 +196,15 @@ std::vector<double> V41Model::attention(int64_t layer, std::span<const double> x
                                         V41SharedAttention& shared, V41LayerCapture& cap) const {
   const fwd::Arith a(regime_);
   const LayerPlan& lp = plan_[layer];
-  const fwd::RopeTable rope = fwd::rope_table(a, config_.rope_head_dim, N, lp.yarn ? config_.original_seq_len : 0,
-                                              lp.rope_theta, config_.rope_factor, config_.beta_fast, config_.beta_slow);
-  const fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N};
+  const fwd::RopeTable rope = layer_rope(a, config_, lp, N, fault_);
+  const fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_};
   return fwd::attention_forward(L, x, shared, cap);
 }
 
 std::vector<double> V41Model::moe(int64_t layer, std::span<const double> x, int64_t N, V41LayerCapture& cap) const {
   const fwd::Arith a(regime_);
   const fwd::RopeTable none;
-  const fwd::LayerCtx L{config_, plan_[layer], *layers_[static_cast<size_t>(layer)], a, none, N};
+  const fwd::LayerCtx L{config_, plan_[layer], *layers_[static_cast<size_t>(layer)], a, none, N, fault_};
   return fwd::moe_forward(L, x, cap);
 }
 

@@ -28,6 +28,19 @@ const std::vector<std::string>& v41_regime_names();  // "f64", "bf16", "release"
 const char* v41_regime_name(V41Regime r);
 V41Regime v41_regime_from_name(std::string_view name);  // InputError naming the known ones
 
+// Negative controls (docs/v41.md §12.4): bugs the ports really had, planted on demand so that a test can
+// show the gate catching each at its layer. Never set outside those tests.
+enum class V41Fault {
+  none,
+  v4_q_norm,                  // V4's per-head RMS norm of q left in after wq_b
+  one_rope_theta,             // rope_theta without YaRN on every layer, compressed ones included
+  unrotated_compressed_keys,  // the compressed KV published without its RoPE
+  unclamped_shared_expert,    // the shared expert's SwiGLU without swiglu_limit
+  mhc_same_sublayer,          // each sublayer collapsed with its own fresh pre, not the previous one's
+};
+const std::vector<std::string>& v41_fault_names();  // "none", "v4-q-norm", ... (the enum's order)
+V41Fault v41_fault_from_name(std::string_view name);  // InputError naming the known ones
+
 // How token ids become Engram hash ids (docs/v41.md §9.2): the tokenizer's compressed token map
 // [vocab_size] and, per Engram layer, its max_ngram_size odd multipliers (engram.py derives them
 // from NumPy's default_rng(10007 * layer)). Empty when the config has no Engram layers.
@@ -102,6 +115,9 @@ class V41Model {
   const V41Config& config() const { return config_; }
   const V41Plan& plan() const { return plan_; }
   V41Regime regime() const { return regime_; }
+  // Plants a negative control (V41Fault) in every later forward; none removes it.
+  void set_fault(V41Fault f) { fault_ = f; }
+  V41Fault fault() const { return fault_; }
 
   // Hash ids for the prompt: [N, n_engram_layers, (max_ngram_size - 1) * engram_n_heads].
   std::vector<int64_t> engram_hash_ids(std::span<const int64_t> tokens, const V41EngramHashing& h) const;
@@ -134,6 +150,7 @@ class V41Model {
   V41Config config_;
   V41Plan plan_;
   V41Regime regime_;
+  V41Fault fault_ = V41Fault::none;
   std::vector<double> embed_, norm_, head_;
   std::vector<std::unique_ptr<V41LayerWeights>> layers_;
 };

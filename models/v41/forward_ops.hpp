@@ -158,6 +158,7 @@ struct LayerCtx {
   const Arith& a;
   const RopeTable& rope;  // the layer's table, positions 0 .. N - 1
   int64_t N;
+  V41Fault fault = V41Fault::none;  // a planted negative control (forward.hpp)
 };
 
 // model.py Attention.forward on x [N, dim] (attn_norm's output, bf16); reads and publishes the shared

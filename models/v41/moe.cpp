@@ -64,7 +64,7 @@ std::vector<double> expert_forward(const LayerCtx& L, const V41ExpertWeights& w,
   std::vector<double> g(static_cast<size_t>(M * I)), u(g.size()), h(g.size()), y(static_cast<size_t>(M * D));
   linear_w(L.a, x, M, w.w1, g, true);
   linear_w(L.a, x, M, w.w3, u, true);
-  const double limit = L.c.swiglu_limit;
+  const double limit = route == nullptr && L.fault == V41Fault::unclamped_shared_expert ? 0.0 : L.c.swiglu_limit;
   for (int64_t m = 0; m < M; ++m) {
     const auto row = [&](std::vector<double>& v) {
       return std::span<double>(v).subspan(static_cast<size_t>(m * I), static_cast<size_t>(I));

@@ -19,21 +19,6 @@ using namespace ced::v41;
 
 namespace {
 
-// FNV-1a 64 over every tensor's name, dtype, shape and bytes, in name order.
-std::string digest(const ced::SafetensorsFile& f) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  auto mix = [&](const void* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001B3ull;
-  };
-  for (const auto& t : f.tensors) {
-    mix(t.name.data(), t.name.size());
-    mix(t.dtype.data(), t.dtype.size());
-    mix(t.shape.data(), t.shape.size() * sizeof(int64_t));
-    mix(t.bytes.data(), t.bytes.size());
-  }
-  return fmt::format("{:016x}", h);
-}
-
 int64_t bytes_of(const ced::SafetensorsFile& f) {
   int64_t n = 0;
   for (const auto& t : f.tensors) n += int64_t(t.bytes.size());
@@ -107,11 +92,11 @@ int main(int argc, char** argv) {
       const V41Checkpoint ck = make_v41_random_checkpoint(c, seed);
       const auto files = write_v41_checkpoint(dir, ck, opt);
       line = {{"write", dir}, {"config", config}, {"seed", seed}, {"tensors", ck.weights.tensors.size()},
-              {"total_size", bytes_of(ck.weights)}, {"digest", digest(ck.weights)}, {"files", files}};
+              {"total_size", bytes_of(ck.weights)}, {"digest", v41_weights_digest(ck.weights)}, {"files", files}};
     } else if (cmd == "read") {
       const V41Checkpoint ck = read_v41_checkpoint(dir);
       line = {{"read", dir}, {"tensors", ck.weights.tensors.size()}, {"total_size", bytes_of(ck.weights)},
-              {"digest", digest(ck.weights)}};
+              {"digest", v41_weights_digest(ck.weights)}};
       if (!expect.empty()) {
         V41Config want = v41_builtin_config(expect);
         // Labelled as the two files of one folder: "config.json" is the folder's value,

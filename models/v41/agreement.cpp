@@ -1,0 +1,318 @@
+// docs/v41.md §12.3: the v41 gate; see agreement.hpp.
+#include "models/v41/agreement.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "model/error.hpp"
+#include "models/v41/checkpoint.hpp"
+#include "models/v41/forward_ops.hpp"
+
+namespace ced::v41 {
+namespace {
+
+// What a tensor kind may differ by, and why (the causes of docs/v41.md §9.4: 1, torch's blocked fp32
+// GEMMs; 2, torch's vectorised fp32 sums; a quantizer turning a one-ulp flip into one step of its
+// format). max_ulp16 bounds a bf16 tensor in bf16 spacings of the official value, max_ulp32 an fp32
+// tensor in fp32 spacings; min_bitwise the fraction of elements (rows, for index lists) equal as fp32.
+// max_ulp16 is in spacings of each row's RMS (the caller says the row length: dim, head_dim), not of
+// the element: an activation element is a sum (a projection's output, post·y + Σ comb·R), and a
+// one-ulp difference of a term survives a cancellation to a small result as thousands of its ulps.
+// max_abs bounds an fp32 tensor of values in [0, 2] (the mixes) where max_ulp32 does not apply.
+constexpr double kAny = std::numeric_limits<double>::infinity();
+
+struct Budget {
+  const char* kind;
+  double max_ulp16, max_ulp32, min_bitwise;
+  const char* reason;
+  double max_abs = kAny;
+};
+const Budget kBudgets[] = {
+    {"rope", 0, 0, 1, "precompute_freqs_cis is elementwise fp32: no sum to reorder"},
+    {"hash_ids", 0, 0, 1, "integer arithmetic"},
+    {"in", 1, kAny, 0.95, "the Engram's gate is a sum over dim in torch's vectorised order (cause 2)"},
+    {"attn_x", 1, kAny, 0.95, "RMSNorm's mean(x²) is torch's vectorised sum (cause 2)"},
+    {"attn_kv (forced x)", kAny, kAny, 0.999,
+     "kv_norm's vectorised sum flips a bf16 ulp (cause 2), which the window's FP8 QDQ makes one e4m3 step"},
+    {"attn_idx (forced x)", 0, 0, 1, "index lists: the same inputs select the same positions"},
+    {"attn_out (forced x)", 4, kAny, 0.5,
+     "sparse_attn's fp32 sums over head_dim and the softmax denominator in torch's order (cause 2) flip single bf16 "
+     "ulps of its output, which wo_a and wo_b sum: up to 4 measured on wide (head_dim 512)"},
+    {"latent (forced x)", 1, kAny, 0.95, "the compressor's norm and pooling sums (cause 2)"},
+    {"compress_kv (forced x)", kAny, kAny, 0.995, "a one-ulp latent flip (cause 2) made one FP4 step by its QDQ"},
+    {"index_k (forced x)", kAny, kAny, 0.995, "a one-ulp flip (cause 2) made one FP4 step by its QDQ"},
+    {"topk_idxs (forced x)", 0, 0, 1, "the same index scores select the same positions, order included"},
+    {"candidates (forced x)", 0, 0, 1, "the same scores keep the same blocks"},
+    {"ffn_out (forced x)", 1, kAny, 0.95, "the gate's fp32 GEMM (cause 1) and the experts' bf16 sums"},
+    {"experts (forced x)", 0, 0, 1, "gate scores one fp32 ulp apart rank the experts alike"},
+    {"expert_weights (forced x)", kAny, 4, 0, "the gate's fp32 GEMM over dim in MKL's blocked order (cause 1)"},
+    {"out", 4, kAny, 0.5,
+     "the sublayers' flips (cause 2, up to 2 ulps of their output) times post (up to 2), and post and comb from the "
+     "fp32 hc GEMM (cause 1)"},
+    {"ffn_pre", kAny, kAny, 0,
+     "the hc mixes' fp32 GEMM over hc·dim in MKL's blocked order (cause 1, with cancellation), scaled into a sigmoid: "
+     "up to 5.6e-4 measured on wide",
+     2e-3},
+    {"final_collapsed", 4, kAny, 0.5, "as out: the last block's flips and the collapse with ffn_pre (cause 1)"},
+    {"final_normed (forced collapsed)", 1, kAny, 0.95, "the final RMSNorm's vectorised sum (cause 2)"},
+    {"logits (forced collapsed)", 1, kAny, 0,
+     "the fp32 head GEMM over dim in MKL's blocked order (cause 1), in spacings of the row's RMS (logits cancel)"},
+    {"logits (end to end)", kAny, kAny, 0,
+     "judged relative to the largest official logit: one-ulp flips grow layer by layer (§9.4)"},
+};
+
+const Budget& budget_of(const std::string& kind) {
+  for (const Budget& b : kBudgets)
+    if (kind == b.kind) return b;
+  static const Budget report_only{"", kAny, kAny, 0, "reported, not judged"};
+  return report_only;
+}
+
+// |d| in units of the spacing of a format with `bits` significant bits at the official value (normal
+// spacing; below the smallest normal, the subnormal step).
+double ulps(double d, double ref, int bits) {
+  int e = 0;
+  std::frexp(std::max(std::fabs(ref), 0x1p-126), &e);
+  return d / std::ldexp(1.0, e - bits);
+}
+
+void judge(V41TensorAgreement& r) {
+  const Budget& b = budget_of(r.kind);
+  if (r.kind == "logits (end to end)") {
+    // A random model amplifies every flip (§9.4: 3-12 % of the logits' scale); 25 % is where a
+    // wrong layer lands, far above the measured 1-6 %.
+    if (r.max_abs > 0.25 * r.max_ref)
+      r.failure = fmt::format("max |d| {:.3g} is more than 25 % of max |official| {:.3g}", r.max_abs, r.max_ref);
+    return;
+  }
+  if (!r.notes.empty() && r.n == 0) r.failure = r.notes.front();
+  else if (r.max_ulp16 > b.max_ulp16 || std::isnan(r.max_abs))
+    r.failure = fmt::format("{:.3g} bf16 ulps > {} ({})", r.max_ulp16, b.max_ulp16, b.reason);
+  else if (r.max_abs > b.max_abs)
+    r.failure = fmt::format("max |d| {:.3g} > {} ({})", r.max_abs, b.max_abs, b.reason);
+  else if (r.max_ulp32 > b.max_ulp32)
+    r.failure = fmt::format("{:.4g} fp32 ulps > {} ({})", r.max_ulp32, b.max_ulp32, b.reason);
+  else if (r.bitwise() < b.min_bitwise)
+    r.failure = fmt::format("{:.4f} {} equal < {} ({})", r.bitwise(), r.rows_compared ? "of rows" : "bitwise",
+                            b.min_bitwise, b.reason);
+}
+
+struct Gate {
+  const V41Model& model;
+  const V41RunFile& off;
+  V41Agreement out;
+  std::string pass;
+
+  V41TensorAgreement& row(int64_t layer, const std::string& kind) {
+    out.rows.push_back({});
+    V41TensorAgreement& r = out.rows.back();
+    r.pass = pass;
+    r.layer = layer;
+    r.kind = kind;
+    return r;
+  }
+  // row_len > 0: an activation, its bf16 ulps in spacings of each row's RMS (Budget).
+  void values(int64_t layer, const std::string& kind, std::span<const double> ours, std::span<const double> official,
+              int64_t row_len = 0) {
+    if (official.empty()) return;  // not captured
+    V41TensorAgreement& r = row(layer, kind);
+    v41_compare_values(r, ours, official, layer >= 0 ? fmt::format("layer {}", layer) : "", row_len);
+    judge(r);
+  }
+  template <class A, class B>
+  void lists(int64_t layer, const std::string& kind, const std::vector<A>& ours, const std::vector<B>& official,
+             std::span<const double> scores, int64_t offset) {
+    if (official.empty()) return;
+    V41TensorAgreement& r = row(layer, kind);
+    const std::vector<int64_t> a(ours.begin(), ours.end()), b(official.begin(), official.end());
+    v41_compare_rows(r, a, b, off.result.N, scores, offset);
+    judge(r);
+  }
+};
+
+const std::vector<double>& official_input(const V41RunFile& f, const V41Plan& plan, int64_t l) {
+  const V41LayerCapture& c = f.result.layers[static_cast<size_t>(l)];
+  return plan[l].engram ? c.engram_in : c.in;
+}
+
+void teacher_forced(Gate& g) {
+  g.pass = "teacher forced";
+  const V41Model& m = g.model;
+  const V41Config& c = m.config();
+  const V41RunFile& off = g.off;
+  const int64_t N = off.result.N, L = c.n_layers;
+  V41SharedAttention shared;
+  for (int64_t l = 0; l < L; ++l) {
+    const LayerPlan& lp = m.plan()[l];
+    const V41LayerCapture& o = off.result.layers[static_cast<size_t>(l)];
+    if (official_input(off, m.plan(), l).empty() || o.pre_mix.empty())
+      throw InputError(fmt::format("v41 gate: the run file has no input streams or pre_mix for layer {}", l));
+    const V41SharedAttention before = shared;
+    const V41LayerCapture ours = m.run_layer(l, official_input(off, m.plan(), l), o.pre_mix, N, o.hash_ids, shared);
+    if (lp.engram) g.values(l, "in", ours.in, o.in, c.dim);
+    g.values(l, "attn_x", ours.attn_x, o.attn_x, c.dim);
+    // Each sublayer on the official's own input: its differences are its own.
+    V41SharedAttention forced = before;
+    V41LayerCapture sa;
+    const std::vector<double> ao = m.attention(l, o.attn_x, N, forced, sa);
+    g.values(l, "attn_kv (forced x)", sa.attn_kv, o.attn_kv);
+    g.lists(l, "attn_idx (forced x)", sa.attn_idx, o.attn_idx, {}, 0);
+    if (lp.owns_compressor) g.values(l, "latent (forced x)", sa.latent, o.latent, c.head_dim);
+    if (lp.owns_indexer) g.lists(l, "topk_idxs (forced x)", sa.topk_idxs, o.topk_idxs, sa.index_score, N);
+    if (lp.owns_compressor) g.values(l, "compress_kv (forced x)", sa.compress_kv, o.compress_kv);
+    if (lp.owns_index_k) g.values(l, "index_k (forced x)", sa.index_k, o.index_k);
+    if (lp.candidate_source) g.lists(l, "candidates (forced x)", sa.candidates, o.candidates, {}, 0);
+    g.values(l, "attn_out (forced x)", ao, o.attn_out, c.dim);
+    V41LayerCapture sm;
+    const std::vector<double> mo = m.moe(l, o.ffn_x, N, sm);
+    g.values(l, "ffn_out (forced x)", mo, o.ffn_out, c.dim);
+    g.lists(l, "experts (forced x)", sm.experts, o.experts, {}, 0);
+    g.values(l, "expert_weights (forced x)", sm.expert_weights, o.expert_weights);
+    if (l + 1 < L) {
+      g.values(l, "out", ours.out, official_input(off, m.plan(), l + 1), c.dim);
+      g.values(l, "ffn_pre", ours.ffn_pre, off.result.layers[static_cast<size_t>(l + 1)].pre_mix);
+    } else {
+      V41ForwardResult h;
+      m.head(ours.out, ours.ffn_pre, N, h);
+      g.values(l, "final_collapsed", h.final_collapsed, off.result.final_collapsed, c.dim);
+    }
+    // What the layer published, the official's from here on: a selection flip stays in its layer.
+    if (lp.owns_compressor && !o.compress_kv.empty()) shared.compress_kv = o.compress_kv;
+    if (lp.owns_index_k && !o.index_k.empty()) shared.index_k = o.index_k;
+    if (lp.owns_indexer && !o.topk_idxs.empty()) shared.topk_idxs.assign(o.topk_idxs.begin(), o.topk_idxs.end());
+    if (lp.candidate_source && !o.candidates.empty()) shared.candidates.assign(o.candidates.begin(), o.candidates.end());
+  }
+  V41ForwardResult h;
+  m.head_collapsed(off.result.final_collapsed, N, h);
+  g.values(-1, "final_normed (forced collapsed)", h.final_normed, off.result.final_normed, c.dim);
+  g.values(-1, "logits (forced collapsed)", h.logits, off.result.logits, c.vocab_size);
+}
+
+void end_to_end(Gate& g) {
+  g.pass = "end to end";
+  const V41Model& m = g.model;
+  const V41Config& c = m.config();
+  V41EngramHashing hashing;
+  if (!c.engram_layer_ids.empty()) hashing = {v41_engram_token_map(c), v41_engram_multipliers(c)};
+  const std::vector<int64_t>& tokens = g.off.tokens;
+  // The rotary tables and the hash ids depend on the config and the prompt alone.
+  const fwd::Arith a(m.regime());
+  for (const auto& [kind, yarn] : {std::pair{"swa", false}, std::pair{"compressed", true}}) {
+    const auto t = fwd::rope_table(a, c.rope_head_dim, g.off.result.N, yarn ? c.original_seq_len : 0,
+                                   yarn ? c.compress_rope_theta : c.rope_theta, c.rope_factor, c.beta_fast, c.beta_slow);
+    const auto cos = g.off.rope.find(std::string(kind) + "_cos"), sin = g.off.rope.find(std::string(kind) + "_sin");
+    if (cos != g.off.rope.end()) g.values(-1, "rope", t.cos, cos->second);
+    if (sin != g.off.rope.end()) g.values(-1, "rope", t.sin, sin->second);
+  }
+  const V41ForwardResult r = m.forward(tokens, hashing);
+  for (const auto& ours : r.layers) {
+    const V41LayerCapture& o = g.off.result.layers[static_cast<size_t>(ours.layer)];
+    if (m.plan()[ours.layer].engram) g.lists(ours.layer, "hash_ids", ours.hash_ids, o.hash_ids, {}, 0);
+    g.values(ours.layer, "in (end to end)", ours.in, o.in);
+    if (m.plan()[ours.layer].owns_indexer)
+      g.lists(ours.layer, "topk_idxs (end to end)", ours.topk_idxs, o.topk_idxs, ours.index_score, g.off.result.N);
+    g.lists(ours.layer, "experts (end to end)", ours.experts, o.experts, {}, 0);
+  }
+  g.values(-1, "final_collapsed (end to end)", r.final_collapsed, g.off.result.final_collapsed);
+  g.values(-1, "logits (end to end)", r.logits, g.off.result.logits);
+}
+
+}  // namespace
+
+void v41_compare_values(V41TensorAgreement& s, std::span<const double> ours, std::span<const double> ref,
+                        const std::string& at, int64_t row_len) {
+  if (ours.size() != ref.size() || (row_len > 0 && ref.size() % static_cast<size_t>(row_len) != 0)) {
+    s.notes.push_back(fmt::format("{} {}: {} values here, {} in the official run", s.kind, at, ours.size(), ref.size()));
+    return;
+  }
+  s.row_scaled = row_len > 0;
+  double row_rms = 0;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    if (row_len > 0 && i % static_cast<size_t>(row_len) == 0) {
+      double ss = 0;
+      for (size_t j = i; j < i + static_cast<size_t>(row_len); ++j) ss += ref[j] * ref[j];
+      row_rms = std::sqrt(ss / static_cast<double>(row_len));
+    }
+    const double o = ours[i], r = ref[i];
+    ++s.n;
+    if (std::bit_cast<uint32_t>(static_cast<float>(o)) == std::bit_cast<uint32_t>(static_cast<float>(r))) ++s.equal;
+    const double d = std::fabs(o - r);
+    if (d > s.max_abs || std::isnan(d)) {
+      s.max_abs = std::isnan(d) ? std::numeric_limits<double>::quiet_NaN() : d;
+      s.where = fmt::format("{}[{}] ours {:.9g} official {:.9g}", at, i, o, r);
+    }
+    s.max_ref = std::max(s.max_ref, std::fabs(r));
+    s.max_ulp16 = std::max(s.max_ulp16, ulps(d, row_len > 0 ? row_rms : r, 8));
+    s.max_ulp32 = std::max(s.max_ulp32, ulps(d, r, 24));
+  }
+}
+
+void v41_compare_rows(V41TensorAgreement& s, std::span<const int64_t> ours, std::span<const int64_t> ref, int64_t N,
+                      std::span<const double> scores, int64_t offset) {
+  s.rows_compared = true;
+  if (ours.size() != ref.size() || N <= 0 || ref.size() % static_cast<size_t>(N) != 0) {
+    s.notes.push_back(fmt::format("{}: {} indices here, {} in the official run", s.kind, ours.size(), ref.size()));
+    return;
+  }
+  const size_t k = ref.size() / static_cast<size_t>(N);
+  const int64_t T = scores.empty() ? 0 : static_cast<int64_t>(scores.size()) / N;
+  for (int64_t t = 0; t < N; ++t) {
+    const auto a = ours.subspan(static_cast<size_t>(t) * k, k), b = ref.subspan(static_cast<size_t>(t) * k, k);
+    ++s.n;
+    if (std::equal(a.begin(), a.end(), b.begin())) {
+      ++s.equal;
+      continue;
+    }
+    const std::set<int64_t> sa(a.begin(), a.end()), sb(b.begin(), b.end());
+    auto score = [&](int64_t idx) {
+      const int64_t col = idx - offset;
+      return idx < 0 || T == 0 || col < 0 || col >= T ? std::string("-")
+                                                      : fmt::format("{:.6g}", scores[static_cast<size_t>(t * T + col)]);
+    };
+    std::string only;
+    for (int64_t x : sa)
+      if (!sb.count(x)) only += fmt::format(" ours-only {} (score {})", x, score(x));
+    for (int64_t x : sb)
+      if (!sa.count(x)) only += fmt::format(" official-only {} (score {})", x, score(x));
+    if (sa == sb) only = " the same set in another order";
+    if (s.where.empty()) s.where = fmt::format("row {}:{}", t, only);
+    s.notes.push_back(fmt::format("{} layer {} row {}:{}", s.kind, s.layer, t, only));
+  }
+}
+
+const V41TensorAgreement* V41Agreement::first_failure() const {
+  for (const auto& r : rows)
+    if (!r.failure.empty()) return &r;
+  return nullptr;
+}
+
+V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official) {
+  if (model.regime() != official.regime)
+    throw InputError(fmt::format("v41 gate: the model runs the {} regime, the run file is of the {} regime",
+                                 v41_regime_name(model.regime()), v41_regime_name(official.regime)));
+  if (static_cast<int64_t>(official.result.layers.size()) != model.config().n_layers)
+    throw InputError("v41 gate: the run file's layers are not the model's");
+  Gate g{model, official, {}, ""};
+  teacher_forced(g);
+  end_to_end(g);
+  return std::move(g.out);
+}
+
+std::string v41_agreement_table(const V41Agreement& a) {
+  std::string s = fmt::format("{:<15} {:>5} {:<34} {:>8} {:>9} {:>10} {:>9} {:>9}  {}\n", "pass", "layer", "kind",
+                              "values", "bitwise", "max |d|", "ulp bf16", "ulp fp32", "verdict");
+  for (const auto& r : a.rows)
+    s += fmt::format("{:<15} {:>5} {:<34} {:>8} {:>9.5f} {:>10.3g} {:>9.3g} {:>9.4g}  {}\n", r.pass,
+                     r.layer >= 0 ? std::to_string(r.layer) : "-", r.kind, r.n, r.bitwise(), r.max_abs, r.max_ulp16,
+                     r.max_ulp32, r.failure.empty() ? (budget_of(r.kind).kind[0] ? "ok" : "reported") : "FAIL: " + r.failure);
+  for (const auto& r : a.rows)
+    for (const auto& n : r.notes) s += "  " + n + "\n";
+  return s;
+}
+
+}  // namespace ced::v41

@@ -1,0 +1,58 @@
+#pragma once
+// The v41 gate (docs/v41.md §12.3): our reference against a run file of the official code, layer by
+// layer with teacher forcing (each layer fed the official's input streams, pre_mix and published
+// caches, each sublayer also fed the official's sublayer input, so one flip stays in its layer) and end
+// to end; every tensor kind judged against a budget whose reason is one of the measured causes of
+// §9.4. A planted bug (V41Fault) fails at its layer.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "models/v41/forward.hpp"
+#include "models/v41/run_file.hpp"
+
+namespace ced::v41 {
+
+// How far one tensor of ours is from the official's: in value, in bf16 and fp32 spacings of the
+// official value (ulps), bitwise (as fp32), and for index lists in rows.
+struct V41TensorAgreement {
+  std::string pass;      // "teacher forced" | "end to end"
+  int64_t layer = -1;    // -1: not a layer's (rotary tables, hash ids, the head)
+  std::string kind;      // the budget's name: "attn_out (forced x)", "topk_idxs (forced x)", ...
+  int64_t n = 0, equal = 0;
+  double max_abs = 0, max_ref = 0, max_ulp16 = 0, max_ulp32 = 0;
+  bool row_scaled = false;     // max_ulp16 in spacings of each row's RMS (a stream of dim values)
+  std::string where;     // the element of the largest difference
+  bool rows_compared = false;  // an index list: n and equal count rows
+  std::vector<std::string> notes;  // rows that differ, shape mismatches
+  std::string failure;   // "" within its budget, else why not (the budget and its reason)
+
+  double bitwise() const { return n ? static_cast<double>(equal) / static_cast<double>(n) : 1.0; }
+};
+
+struct V41Agreement {
+  std::vector<V41TensorAgreement> rows;  // in the order compared: layer by layer, then the head
+  // The first row that broke its budget, nullptr when none did.
+  const V41TensorAgreement* first_failure() const;
+};
+
+// Compares the model (its config and weights must be the run file's: the caller checks the digest)
+// with the official run file, both passes. The model's regime is the file's.
+V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official);
+
+// The table a person reads: one line per row (pass, layer, kind, values, bitwise, max |d|, ulps,
+// budget verdict), then the notes.
+std::string v41_agreement_table(const V41Agreement& a);
+
+// The comparison of one tensor, for other drivers (the compare script's v41_official_compare).
+// row_len > 0: bf16 ulps in spacings of the RMS of each official row of row_len values.
+void v41_compare_values(V41TensorAgreement& row, std::span<const double> ours, std::span<const double> official,
+                        const std::string& at, int64_t row_len = 0);
+// One index list per row ([N, k] both): rows equal as sets and in order; each differing row noted with
+// the positions only one side has and our score of each (scores [N, T], may be empty; offset: what the
+// indices carry above the score's column, N for the published selections).
+void v41_compare_rows(V41TensorAgreement& row, std::span<const int64_t> ours, std::span<const int64_t> official,
+                      int64_t N, std::span<const double> scores, int64_t offset);
+
+}  // namespace ced::v41

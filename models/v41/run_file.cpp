@@ -1,0 +1,249 @@
+// docs/v41.md §12: the v41 run file; see run_file.hpp.
+#include "models/v41/run_file.hpp"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <functional>
+
+#include "io/h5_file_ops.hpp"
+#include "io/h5_util.hpp"
+#include "model/error.hpp"
+#include "models/v41/numerics.hpp"
+
+namespace ced::v41 {
+namespace {
+
+// A capture's datasets: the name in /layers/L, its field, and its shape past the leading N rows
+// (-1: not fixed by the config). compressed: the rows are N / ratio (or N + N / ratio for attn_kv),
+// not N, so only the trailing dims are checked.
+struct RealField {
+  const char* name;
+  std::vector<double> V41LayerCapture::*field;
+  std::function<std::vector<int64_t>(const V41Config&)> tail;
+  bool compressed = false;
+};
+struct IntField {
+  const char* name;
+  std::function<std::vector<int64_t>(const V41LayerCapture&)> get;
+  std::function<void(V41LayerCapture&, const std::vector<int64_t>&)> set;
+};
+
+const std::vector<RealField>& real_fields() {
+  using C = V41Config;
+  static const std::vector<RealField> f = {
+      {"engram_in", &V41LayerCapture::engram_in, [](const C& c) { return std::vector<int64_t>{c.hc_mult, c.dim}; }},
+      {"in", &V41LayerCapture::in, [](const C& c) { return std::vector<int64_t>{c.hc_mult, c.dim}; }},
+      {"pre_mix", &V41LayerCapture::pre_mix, [](const C& c) { return std::vector<int64_t>{c.hc_mult}; }},
+      {"attn_pre", &V41LayerCapture::attn_pre, [](const C& c) { return std::vector<int64_t>{c.hc_mult}; }},
+      {"attn_post", &V41LayerCapture::attn_post, [](const C& c) { return std::vector<int64_t>{c.hc_mult}; }},
+      {"attn_comb", &V41LayerCapture::attn_comb, [](const C& c) { return std::vector<int64_t>{c.hc_mult, c.hc_mult}; }},
+      {"ffn_pre", &V41LayerCapture::ffn_pre, [](const C& c) { return std::vector<int64_t>{c.hc_mult}; }},
+      {"ffn_post", &V41LayerCapture::ffn_post, [](const C& c) { return std::vector<int64_t>{c.hc_mult}; }},
+      {"ffn_comb", &V41LayerCapture::ffn_comb, [](const C& c) { return std::vector<int64_t>{c.hc_mult, c.hc_mult}; }},
+      {"index_score", &V41LayerCapture::index_score, [](const C&) { return std::vector<int64_t>{-1}; }},
+      {"compress_kv", &V41LayerCapture::compress_kv, [](const C& c) { return std::vector<int64_t>{c.head_dim}; }, true},
+      {"index_k", &V41LayerCapture::index_k, [](const C& c) { return std::vector<int64_t>{c.index_head_dim}; }, true},
+      {"attn_x", &V41LayerCapture::attn_x, [](const C& c) { return std::vector<int64_t>{c.dim}; }},
+      {"attn_out", &V41LayerCapture::attn_out, [](const C& c) { return std::vector<int64_t>{c.dim}; }},
+      {"ffn_x", &V41LayerCapture::ffn_x, [](const C& c) { return std::vector<int64_t>{c.dim}; }},
+      {"ffn_out", &V41LayerCapture::ffn_out, [](const C& c) { return std::vector<int64_t>{c.dim}; }},
+      {"latent", &V41LayerCapture::latent, [](const C& c) { return std::vector<int64_t>{c.head_dim}; }, true},
+      {"attn_q", &V41LayerCapture::attn_q, [](const C& c) { return std::vector<int64_t>{c.n_heads, c.head_dim}; }},
+      {"attn_kv", &V41LayerCapture::attn_kv, [](const C& c) { return std::vector<int64_t>{c.head_dim}; }, true},
+      {"attn_o", &V41LayerCapture::attn_o, [](const C& c) { return std::vector<int64_t>{c.n_heads, c.head_dim}; }},
+      {"expert_weights", &V41LayerCapture::expert_weights,
+       [](const C& c) { return std::vector<int64_t>{c.n_activated_experts}; }},
+      {"out", &V41LayerCapture::out, [](const C& c) { return std::vector<int64_t>{c.hc_mult, c.dim}; }},
+  };
+  return f;
+}
+
+template <class T>
+std::function<std::vector<int64_t>(const V41LayerCapture&)> getter(std::vector<T> V41LayerCapture::*m) {
+  return [m](const V41LayerCapture& c) { return std::vector<int64_t>((c.*m).begin(), (c.*m).end()); };
+}
+template <class T>
+std::function<void(V41LayerCapture&, const std::vector<int64_t>&)> setter(std::vector<T> V41LayerCapture::*m) {
+  return [m](V41LayerCapture& c, const std::vector<int64_t>& v) { (c.*m).assign(v.begin(), v.end()); };
+}
+
+const std::vector<IntField>& int_fields() {
+  static const std::vector<IntField> f = {
+      {"hash_ids", getter(&V41LayerCapture::hash_ids), setter(&V41LayerCapture::hash_ids)},
+      {"topk_idxs", getter(&V41LayerCapture::topk_idxs), setter(&V41LayerCapture::topk_idxs)},
+      {"candidates", getter(&V41LayerCapture::candidates), setter(&V41LayerCapture::candidates)},
+      {"attn_idx", getter(&V41LayerCapture::attn_idx), setter(&V41LayerCapture::attn_idx)},
+      {"experts", getter(&V41LayerCapture::experts), setter(&V41LayerCapture::experts)},
+  };
+  return f;
+}
+
+// A capture's shape from its size: the fixed trailing dims, the free one (-1) from what is left, and
+// N rows when a dim is free, else as many rows as the size holds (the compressed counts).
+std::vector<hsize_t> dims_of(size_t n, int64_t N, const std::vector<int64_t>& tail) {
+  int64_t fixed = 1;
+  bool free_dim = false;
+  for (int64_t d : tail) d > 0 ? void(fixed *= d) : void(free_dim = true);
+  const int64_t size = static_cast<int64_t>(n);
+  std::vector<hsize_t> dims{static_cast<hsize_t>(free_dim ? N : size / fixed)};
+  for (int64_t d : tail) dims.push_back(static_cast<hsize_t>(d > 0 ? d : size / (N * fixed)));
+  return dims;
+}
+
+void write_reals_at(hid_t file, const std::string& path, const std::vector<double>& v, const std::vector<hsize_t>& dims,
+                    bool as_float) {
+  h5::write_reals(file, path, v.data(), dims, as_float);
+}
+
+std::vector<double> read_values(hid_t file, const std::string& path, std::vector<int64_t>* dims) {
+  if (h5::has_attr(file, path, "encoding")) {
+    const std::string enc = h5::read_string_attr(file, path, "encoding");
+    if (enc != "bf16") throw InputError(fmt::format("{}: encoding '{}' is not bf16", path, enc));
+    const h5::Array<int64_t> bits = h5::read_ints(file, path, -1);
+    std::vector<double> v(bits.values.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (bits.values[i] < 0 || bits.values[i] > 0xFFFF)
+        throw InputError(fmt::format("{}: element {} is not a 16-bit pattern", path, i));
+      v[i] = f32_from_bf16(static_cast<uint16_t>(bits.values[i]));
+    }
+    if (dims) *dims = bits.dims;
+    return v;
+  }
+  h5::Array<double> a = h5::read_reals(file, path, -1);
+  if (dims) *dims = a.dims;
+  return std::move(a.values);
+}
+
+// The shape of a dataset against what the config and N imply: rank, leading N (unless compressed),
+// and every fixed trailing dimension.
+void check_shape(const std::string& path, const std::vector<int64_t>& dims, int64_t N, const std::vector<int64_t>& tail,
+                 bool compressed) {
+  auto bad = [&](const std::string& why) { throw InputError(fmt::format("{}: {}", path, why)); };
+  if (dims.size() != tail.size() + 1) bad(fmt::format("rank {}, expected {}", dims.size(), tail.size() + 1));
+  if (!compressed && dims[0] != N) bad(fmt::format("{} rows, expected N = {}", dims[0], N));
+  if (compressed && (dims[0] < 0 || dims[0] > 2 * N)) bad(fmt::format("{} rows for N = {}", dims[0], N));
+  for (size_t i = 0; i < tail.size(); ++i)
+    if (tail[i] > 0 && dims[i + 1] != tail[i]) bad(fmt::format("dimension {} is {}, expected {}", i + 1, dims[i + 1], tail[i]));
+}
+
+}  // namespace
+
+void write_v41_run_file(const std::filesystem::path& path, const V41RunFile& f) {
+  const bool as_float = f.regime != V41Regime::f64;
+  const int64_t N = static_cast<int64_t>(f.tokens.size());
+  h5::write_atomically(path, [&](hid_t file) {
+    h5::write_string_attr(file, "/", "format", kV41RunFormat);
+    h5::write_int_attr(file, "/", "format_version", kV41RunFormatVersion);
+    h5::write_string_attr(file, "/", "generator", f.generator);
+    h5::write_string_attr(file, "/", "config", write_v41_flat_json(f.config));
+    h5::write_string_attr(file, "/", "config_name", f.config.name);
+    h5::write_string_attr(file, "/", "regime", v41_regime_name(f.regime));
+    h5::write_string_attr(file, "/", "weights_digest", f.weights_digest);
+    if (f.weight_seed) h5::write_uint_attr(file, "/", "weight_seed", *f.weight_seed);
+    h5::create_group(file, "/provenance");
+    for (const auto& [k, v] : f.provenance) h5::write_string_attr(file, "/provenance", k, v);
+    h5::write_ints(file, "/tokens", f.tokens.data(), {static_cast<hsize_t>(N)});
+    h5::create_group(file, "/layers");
+    for (const auto& c : f.result.layers) {
+      const std::string g = fmt::format("/layers/{}", c.layer);
+      h5::create_group(file, g);
+      for (const auto& rf : real_fields()) {
+        const auto& v = c.*rf.field;
+        if (!v.empty()) write_reals_at(file, g + "/" + rf.name, v, dims_of(v.size(), N, rf.tail(f.config)), as_float);
+      }
+      for (const auto& inf : int_fields()) {
+        const auto v = inf.get(c);
+        if (v.empty()) continue;
+        const std::vector<hsize_t> dims{static_cast<hsize_t>(N), static_cast<hsize_t>(static_cast<int64_t>(v.size()) / N)};
+        h5::write_ints(file, g + "/" + inf.name, v.data(), dims);
+      }
+    }
+    h5::create_group(file, "/final");
+    const auto D = static_cast<hsize_t>(f.config.dim), V = static_cast<hsize_t>(f.config.vocab_size);
+    write_reals_at(file, "/final/collapsed", f.result.final_collapsed, {static_cast<hsize_t>(N), D}, as_float);
+    write_reals_at(file, "/final/normed", f.result.final_normed, {static_cast<hsize_t>(N), D}, as_float);
+    write_reals_at(file, "/logits", f.result.logits, {static_cast<hsize_t>(N), V}, as_float);
+    if (!f.logits_last.empty()) write_reals_at(file, "/logits_last", f.logits_last, {V}, as_float);
+    if (!f.rope.empty()) {
+      h5::create_group(file, "/rope");
+      for (const auto& [k, v] : f.rope)
+        write_reals_at(file, "/rope/" + k, v, {static_cast<hsize_t>(N), static_cast<hsize_t>(f.config.rope_head_dim / 2)},
+                       as_float);
+    }
+  });
+}
+
+V41RunFile read_v41_run_file(const std::filesystem::path& path) {
+  return h5::read_file(path, [&](hid_t file) {
+    V41RunFile f;
+    const std::string format = h5::read_string_attr(file, "/", "format");
+    if (format != kV41RunFormat) throw InputError(fmt::format("/: format '{}' is not {}", format, kV41RunFormat));
+    const int64_t version = h5::read_int_attr(file, "/", "format_version");
+    if (version != kV41RunFormatVersion)
+      throw InputError(fmt::format("/: format_version {} (this build reads {})", version, kV41RunFormatVersion));
+    f.generator = h5::read_string_attr(file, "/", "generator");
+    f.config = parse_v41_flat_json(h5::read_string_attr(file, "/", "config"), "/: attribute 'config'");
+    f.config.name = h5::read_string_attr(file, "/", "config_name");
+    validate_v41(f.config);
+    f.regime = v41_regime_from_name(h5::read_string_attr(file, "/", "regime"));
+    f.weights_digest = h5::read_string_attr(file, "/", "weights_digest");
+    if (h5::has_attr(file, "/", "weight_seed")) f.weight_seed = h5::read_uint_attr(file, "/", "weight_seed");
+    if (h5::exists(file, "/provenance")) {
+      for (const auto& k : h5::attr_names(file, "/provenance"))
+        f.provenance[k] = h5::read_string_attr(file, "/provenance", k);
+    }
+    const h5::Array<int64_t> tok = h5::read_ints(file, "/tokens", 1);
+    f.tokens = tok.values;
+    const int64_t N = static_cast<int64_t>(f.tokens.size());
+    if (N < 1) throw InputError("/tokens: empty");
+    for (size_t i = 0; i < f.tokens.size(); ++i)
+      if (f.tokens[i] < 0 || f.tokens[i] >= f.config.vocab_size)
+        throw InputError(fmt::format("/tokens: token {} is {}, outside [0, {})", i, f.tokens[i], f.config.vocab_size));
+    f.result.N = N;
+    for (int64_t l = 0; l < f.config.n_layers; ++l) {
+      const std::string g = fmt::format("/layers/{}", l);
+      V41LayerCapture c;
+      c.layer = l;
+      if (h5::exists(file, g)) {
+        for (const auto& rf : real_fields()) {
+          const std::string p = g + "/" + rf.name;
+          if (!h5::exists(file, p)) continue;
+          std::vector<int64_t> dims;
+          c.*rf.field = read_values(file, p, &dims);
+          check_shape(p, dims, N, rf.tail(f.config), rf.compressed);
+        }
+        for (const auto& inf : int_fields()) {
+          const std::string p = g + "/" + inf.name;
+          if (!h5::exists(file, p)) continue;
+          const h5::Array<int64_t> a = h5::read_ints(file, p, 2);
+          check_shape(p, a.dims, N, {-1}, false);
+          inf.set(c, a.values);
+          if (std::string(inf.name) == "topk_idxs") c.topk = a.dims[1];
+        }
+      }
+      f.result.layers.push_back(std::move(c));
+    }
+    std::vector<int64_t> dims;
+    f.result.final_collapsed = read_values(file, "/final/collapsed", &dims);
+    check_shape("/final/collapsed", dims, N, {f.config.dim}, false);
+    f.result.final_normed = read_values(file, "/final/normed", &dims);
+    check_shape("/final/normed", dims, N, {f.config.dim}, false);
+    f.result.logits = read_values(file, "/logits", &dims);
+    check_shape("/logits", dims, N, {f.config.vocab_size}, false);
+    if (h5::exists(file, "/logits_last")) {
+      f.logits_last = read_values(file, "/logits_last", &dims);
+      if (dims != std::vector<int64_t>{f.config.vocab_size}) throw InputError("/logits_last: shape is not [vocab_size]");
+    }
+    if (h5::exists(file, "/rope"))
+      for (const char* k : {"swa_cos", "swa_sin", "compressed_cos", "compressed_sin"}) {
+        const std::string p = std::string("/rope/") + k;
+        if (!h5::exists(file, p)) continue;
+        f.rope[k] = read_values(file, p, &dims);
+        check_shape(p, dims, N, {f.config.rope_head_dim / 2}, false);
+      }
+    return f;
+  });
+}
+
+}  // namespace ced::v41

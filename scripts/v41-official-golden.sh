@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Regenerates the v41 golden files (golden/v41/, docs/v41.md §12.2): DeepSeek's official inference code
+# run on checkpoints `ced export` writes, every layer captured, as v41 run files. Needs torch with FP8
+# dtypes, so not part of CI; CI reads the committed files (unit-tests/v41_golden_test.cpp).
+#   scripts/v41-official-golden.sh OFFICIAL_DIR VENV_PYTHON [OUT_DIR]
+# OFFICIAL_DIR holds run_official.py with the release's inference/ folder and a CPU kernel port
+# (docs/v41.md §9.4); BUILD (default build/) holds the built `ced`. OUT_DIR defaults to golden/v41.
+# The prompt is run_official.py's --input-seed 0 draw; torch runs on one thread (its results depend on
+# the thread count). Exit 0 when every file is written, else the failing step's status.
+set -euo pipefail
+[ $# -ge 2 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+official=$(cd "$1" && pwd)
+py=$2
+out=${3:-$root/golden/v41}
+ced=${BUILD:-$root/build}/tools/ced
+[ -x "$ced" ] || { echo "$0: no $ced (cmake --build build --target ced)" >&2; exit 2; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/v41-golden.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$out"
+# config : the prompt lengths (N = 1; odd; below and above the window W = 16 of tiny; below the W = 128
+# of wide, whose files above it would weigh 8 MB each)
+for spec in "v41-tiny:1 5 17 40" "v41-wide:1 33"; do
+  config=${spec%%:*}
+  "$ced" export --config "$config" --weight-seed 0 --out "$tmp/$config" --shard-bytes 2000000 > /dev/null
+  for n in ${spec#*:}; do
+    for mode in bf16 fp8; do
+      file=$out/${config#v41-}-$mode-n$n.h5
+      "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/$config" \
+        --config-name "$config" --weight-seed 0 --mode "$mode" --n "$n" --threads 1 --input-seed 0 --out "$file"
+    done
+  done
+done
+# The negative control of the SwiGLU clamp needs pre-activations above swiglu_limit, which the random
+# weights never reach: layer 0's shared expert made hot (docs/v41.md §12.4).
+boost=(--boost layers.0.ffn.shared_experts.w1.weight=3 --boost layers.0.ffn.shared_experts.w3.weight=5)
+"$ced" export --config v41-tiny --weight-seed 0 --out "$tmp/v41-tiny-hot" --shard-bytes 2000000 "${boost[@]}" > /dev/null
+"$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny-hot" \
+  --config-name v41-tiny --weight-seed 0 "${boost[@]}" --mode fp8 --n 17 --threads 1 --input-seed 0 \
+  --out "$out/tiny-fp8-n17-hot.h5"

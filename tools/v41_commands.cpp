@@ -1,0 +1,176 @@
+// docs/v41.md §12: `ced export` and `ced run` for the v41 family; see v41_commands.hpp.
+#include "tools/v41_commands.hpp"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "backends/registry.hpp"
+#include "model/error.hpp"
+#include "model/weights.hpp"
+#include "models/family.hpp"
+#include "models/v41/checkpoint.hpp"
+#include "models/v41/run_file.hpp"
+#include "tools/common.hpp"
+
+namespace ced::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A v41 config named by --config: a built-in, or a config file (a Hugging Face config.json, told by its
+// text_config, or a flat inference/config.json).
+v41::V41Config v41_config(const std::string& arg) {
+  if (v41::is_v41_builtin(arg)) return v41::v41_builtin_config(arg);
+  if (fs::is_directory(arg))
+    throw InputError(fmt::format("--config {}: a folder is a checkpoint; run it with --checkpoint {}", arg, arg));
+  std::ifstream in(arg);
+  if (!in) throw InputError(fmt::format("--config {}: cannot read the file", arg));
+  std::stringstream text;
+  text << in.rdbuf();
+  const bool hf = text.str().find("\"text_config\"") != std::string::npos;
+  v41::V41Config c = hf ? v41::load_v41_config_files(fs::path(arg), std::nullopt)
+                        : v41::load_v41_config_files(std::nullopt, fs::path(arg));
+  c.name = arg;
+  return c;
+}
+
+// The prompt: N tokens from the seed (the lab's generator, docs/spec.md §2.3, over this vocabulary),
+// or the ids of a file.
+std::vector<int64_t> v41_tokens(const V41RunOptions& o, const v41::V41Config& c) {
+  std::vector<int64_t> t;
+  if (o.token_file.empty()) {
+    for (int32_t v : make_tokens(o.token_seed, c.vocab_size, o.tokens)) t.push_back(v);
+    return t;
+  }
+  std::ifstream in(o.token_file);
+  if (!in) throw InputError(fmt::format("--token-file {}: cannot read the file", o.token_file));
+  for (std::string word; in >> word;) {
+    int64_t v = 0;
+    size_t used = 0;
+    try {
+      v = std::stoll(word, &used, 10);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != word.size() || word.find_first_not_of("0123456789") != std::string::npos)
+      throw InputError(fmt::format("--token-file {}: token {} is '{}', not a decimal id", o.token_file, t.size(), word));
+    if (v >= c.vocab_size)
+      throw InputError(fmt::format("--token-file {}: token {} is {}, outside [0, {}) of config {}", o.token_file,
+                                   t.size(), v, c.vocab_size, c.name));
+    t.push_back(v);
+  }
+  if (t.empty()) throw InputError(fmt::format("--token-file {}: no token ids", o.token_file));
+  if (static_cast<int64_t>(t.size()) > kMaxLength)
+    throw InputError(fmt::format("--token-file {}: more than {} tokens", o.token_file, kMaxLength));
+  return t;
+}
+
+// FNV-1a 64 of the logits as fp32 bytes: the summary's fingerprint of a run, equal for equal bits.
+std::string logits_digest(const std::vector<double>& logits) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (double v : logits) {
+    const uint32_t b = std::bit_cast<uint32_t>(static_cast<float>(v));
+    for (int i = 0; i < 4; ++i) h = (h ^ ((b >> (8 * i)) & 0xFF)) * 0x100000001B3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+}  // namespace
+
+bool names_v41_family(const std::string& config_arg) { return family_of_config(config_arg).name == "v41"; }
+
+int export_v41(const V41ExportOptions& o) {
+  const v41::V41Config c = v41_config(o.config);
+  // The whole checkpoint is made in memory first: v41-flash is refused with its figures.
+  v41::check_v41_fits_in_memory(c);
+  std::printf("config %s (v41 family), weight_seed %llu\n", c.name.c_str(), (unsigned long long)o.weight_seed);
+  v41::V41Checkpoint ck = v41::make_v41_random_checkpoint(c, o.weight_seed);
+  for (const auto& b : o.boost) {
+    const auto eq = b.find('=');
+    int k = 0;
+    try {
+      k = eq == std::string::npos ? 0 : std::stoi(b.substr(eq + 1));
+    } catch (const std::exception&) {
+      k = 0;
+    }
+    if (k == 0) throw InputError(fmt::format("--boost: '{}' is not TENSOR=K with an integer K != 0", b));
+    v41::boost_v41_weight(ck, b.substr(0, eq), k);
+    std::printf("boosted %s by 2^%d\n", b.substr(0, eq).c_str(), k);
+  }
+  v41::V41WriteOptions w;
+  if (o.shard_bytes > 0) w.shard_bytes = o.shard_bytes;
+  const auto files = v41::write_v41_checkpoint(o.out, ck, w);
+  int64_t bytes = 0;
+  for (const auto& t : ck.weights.tensors) bytes += static_cast<int64_t>(t.bytes.size());
+  std::printf("wrote %s: %zu files, %zu tensors, %lld bytes of tensors, weights digest %s\n", o.out.c_str(),
+              files.size(), ck.weights.tensors.size(), (long long)bytes, v41::v41_weights_digest(ck.weights).c_str());
+  return 0;
+}
+
+int run_v41(const V41RunOptions& o) {
+  const v41::V41Regime regime = v41::v41_regime_from_name(o.regime);
+  Stopwatch load_clock;
+  v41::V41Checkpoint ck;
+  std::string source;
+  if (!o.checkpoint.empty()) {
+    // The config alone first: a folder too large for this machine is refused before its shards are read.
+    v41::check_v41_fits_in_memory(v41::load_v41_checkpoint_config(o.checkpoint));
+    ck = v41::read_v41_checkpoint(o.checkpoint);
+    ck.config.name = o.checkpoint;
+    source = fmt::format("checkpoint {}", o.checkpoint);
+  } else {
+    const v41::V41Config c = v41_config(o.config);
+    v41::check_v41_fits_in_memory(c);
+    ck = v41::make_v41_random_checkpoint(c, o.weight_seed);
+    source = fmt::format("random weights of weight_seed {} (as `ced export` writes them)", o.weight_seed);
+  }
+  const v41::V41Config& c = ck.config;
+  const std::vector<int64_t> tokens = v41_tokens(o, c);
+  const std::string digest = v41::v41_weights_digest(ck.weights);
+  std::printf("config %s (v41 family), %s, weights digest %s\n", c.name.c_str(), source.c_str(), digest.c_str());
+  const auto model = make_v41_backend(o.backend, c, ck.weights, regime);
+  v41::V41EngramHashing hashing;
+  if (!c.engram_layer_ids.empty()) hashing = {v41::v41_engram_token_map(c), v41::v41_engram_multipliers(c)};
+  const double load_s = load_clock.seconds();
+  const int64_t N = static_cast<int64_t>(tokens.size());
+  std::printf("backend %s, regime %s, N = %lld (%s)\n", o.backend.c_str(), v41::v41_regime_name(regime), (long long)N,
+              o.token_file.empty() ? fmt::format("token_seed {}", o.token_seed).c_str()
+                                   : fmt::format("token ids from {}", o.token_file).c_str());
+  Stopwatch forward_clock;
+  const double cpu0 = process_cpu_seconds();
+  v41::V41ForwardResult r = model->forward(tokens, hashing);
+  const double forward_s = forward_clock.seconds(), cpu = process_cpu_seconds() - cpu0;
+  const size_t V = static_cast<size_t>(c.vocab_size);
+  size_t arg = 0;
+  bool finite = true;
+  for (size_t v = 0; v < V; ++v) {
+    const double x = r.logits[(static_cast<size_t>(N) - 1) * V + v];
+    finite = finite && std::isfinite(x);
+    if (x > r.logits[(static_cast<size_t>(N) - 1) * V + arg]) arg = v;
+  }
+  for (double x : r.logits) finite = finite && std::isfinite(x);
+  std::printf("load %.3f s, forward %.3f s (%.1f tokens/s, CPU %.3f s)\n", load_s, forward_s,
+              static_cast<double>(N) / forward_s, cpu);
+  std::printf("logits [%lld, %zu]: last position argmax %zu, all finite: %s, digest %s\n", (long long)N, V, arg,
+              finite ? "yes" : "NO", logits_digest(r.logits).c_str());
+  if (!o.out.empty()) {
+    v41::V41RunFile f;
+    f.generator = fmt::format("ced run (ced-harness {}; {})", CED_VERSION, o.backend);
+    f.config = c;
+    f.regime = regime;
+    f.weights_digest = digest;
+    if (o.checkpoint.empty()) f.weight_seed = o.weight_seed;
+    f.tokens = tokens;
+    f.result = std::move(r);
+    v41::write_v41_run_file(o.out, f);
+    std::printf("wrote %s\n", o.out.c_str());
+  }
+  return finite ? 0 : 1;
+}
+
+}  // namespace ced::tools

@@ -1,0 +1,35 @@
+#pragma once
+// `ced export` and `ced run` on a config of the v41 family (docs/v41.md §12): the same commands, the
+// family picked from --config (or --checkpoint), each option either meaning the same in both families
+// or refused by the one that has no use for it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ced::tools {
+
+// Whether a --config argument names the v41 family (models/family.hpp decides).
+bool names_v41_family(const std::string& config_arg);
+
+struct V41ExportOptions {
+  std::string config;  // a v41 built-in or config file
+  uint64_t weight_seed = 0;
+  std::string out;     // the folder (must not exist, or be empty)
+  int64_t shard_bytes = 0;  // 0: the writer's default
+  std::vector<std::string> boost;  // test only: "TENSOR=K", boost_v41_weight (docs/v41.md §12.4)
+};
+int export_v41(const V41ExportOptions& o);
+
+struct V41RunOptions {
+  std::string config;      // a v41 built-in (random weights from weight_seed), or "" with checkpoint
+  std::string checkpoint;  // a release-layout folder, "" with config
+  uint64_t weight_seed = 0, token_seed = 0;
+  std::string regime = "release";
+  std::string backend = "v41-reference";
+  int64_t tokens = 0;      // N seeded prompt tokens, or 0 with token_file
+  std::string token_file;  // whitespace-separated token ids
+  std::string out;         // the v41 run file to write ("" : print only)
+};
+int run_v41(const V41RunOptions& o);
+
+}  // namespace ced::tools

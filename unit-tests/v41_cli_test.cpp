@@ -1,0 +1,184 @@
+// `ced export` and `ced run` on the v41 family, end to end through the binary (docs/v41.md §12): a
+// folder from `ced export` runs in `ced run --checkpoint` with the same weights as the built-in run
+// from the seed; the run file holds every capture and reads back; bad input is one line and exit 2.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "model/error.hpp"
+#include "models/v41/checkpoint.hpp"
+#include "models/v41/run_file.hpp"
+#include "unit-tests/run_ced.hpp"
+
+namespace fs = std::filesystem;
+using namespace ced;
+using namespace ced::v41;
+
+namespace {
+
+fs::path scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("ced-v41-cli-test-" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+test::Result ced(const std::string& args) { return test::run_ced_in(scratch(), args); }
+
+void expect_refused(const std::string& args, const std::string& words) {
+  const test::Result r = ced(args);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.out << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "want one line: " << r.err;
+  EXPECT_NE(r.err.find(words), std::string::npos) << args << "\n" << r.err;
+}
+
+// The summary line "KEY VALUE" of a run: the value after `key`.
+std::string after(const std::string& out, const std::string& key) {
+  const size_t at = out.find(key);
+  if (at == std::string::npos) return "";
+  const size_t from = at + key.size();
+  return out.substr(from, out.find_first_of(" ,\n", from) - from);
+}
+
+const fs::path& exported() {
+  static const fs::path dir = [] {
+    const fs::path d = scratch() / "tiny-s3";
+    const test::Result r = ced("export --config v41-tiny --weight-seed 3 --shard-bytes 2000000 --out " + d.string());
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    return d;
+  }();
+  return dir;
+}
+
+TEST(V41Cli, ExportWritesTheReleaseLayoutWithTheDigestOfTheSeedsWeights) {
+  const fs::path& d = exported();
+  for (const char* f : {"config.json", "inference/config.json", "model.safetensors.index.json", "tokenizer.json"})
+    EXPECT_TRUE(fs::is_regular_file(d / f)) << f;
+  const V41Checkpoint ck = read_v41_checkpoint(d);
+  EXPECT_EQ(v41_weights_digest(ck.weights),
+            v41_weights_digest(make_v41_random_checkpoint(v41_builtin_config("v41-tiny"), 3).weights));
+  int shards = 0;
+  for (const auto& e : fs::directory_iterator(d)) shards += e.path().extension() == ".safetensors";
+  EXPECT_GT(shards, 1) << "--shard-bytes 2000000 splits tiny's 6.7 MB";
+}
+
+TEST(V41Cli, ACheckpointFolderRunsBitwiseLikeTheBuiltInFromItsSeed) {
+  const test::Result a = ced("run --checkpoint " + exported().string() + " --tokens 9 --regime release");
+  const test::Result b = ced("run --config v41-tiny --weight-seed 3 --tokens 9");
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(after(a.out, "weights digest "), after(b.out, "weights digest "));
+  EXPECT_EQ(after(a.out, ", digest "), after(b.out, ", digest "));
+  EXPECT_EQ(after(a.out, "argmax "), after(b.out, "argmax "));
+  EXPECT_NE(a.out.find("regime release"), std::string::npos) << a.out;
+  // Another seed is another model.
+  const test::Result c = ced("run --config v41-tiny --weight-seed 4 --tokens 9");
+  EXPECT_NE(after(c.out, ", digest "), after(b.out, ", digest "));
+}
+
+TEST(V41Cli, RegimesDifferAndATokenFileIsThePrompt) {
+  std::ofstream(scratch() / "ids.txt") << "5 17\n1023 0\t9\n";
+  std::string digest[3];
+  int i = 0;
+  for (const char* regime : {"release", "bf16", "f64"}) {
+    const test::Result r = ced("run --config v41-tiny --token-file " + (scratch() / "ids.txt").string() +
+                               " --regime " + regime);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("N = 5 (token ids from"), std::string::npos) << r.out;
+    digest[i++] = after(r.out, ", digest ");
+  }
+  EXPECT_NE(digest[0], digest[1]);
+  EXPECT_NE(digest[1], digest[2]);
+}
+
+TEST(V41Cli, TheRunFileHoldsEveryLayersCapturesAndReadsBack) {
+  const fs::path out = scratch() / "run.h5";
+  const test::Result r = ced("run --config v41-tiny --tokens 17 --regime bf16 --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const V41RunFile f = read_v41_run_file(out);
+  EXPECT_EQ(f.config.name, "v41-tiny");
+  EXPECT_EQ(f.regime, V41Regime::bf16);
+  EXPECT_EQ(f.weight_seed, std::optional<uint64_t>(0));
+  ASSERT_EQ(f.tokens.size(), 17u);
+  ASSERT_EQ(f.result.layers.size(), 6u);
+  const V41Config c = v41_builtin_config("v41-tiny");
+  for (const auto& l : f.result.layers) {
+    EXPECT_EQ(l.in.size(), size_t(17 * c.hc_mult * c.dim)) << l.layer;
+    EXPECT_EQ(l.out.size(), l.in.size()) << l.layer;
+    EXPECT_EQ(l.experts.size(), size_t(17 * c.n_activated_experts)) << l.layer;
+  }
+  EXPECT_EQ(f.result.layers[1].topk, std::min<int64_t>(c.index_topk, 17 / 2));
+  EXPECT_EQ(f.result.logits.size(), size_t(17 * c.vocab_size));
+  // The file's logits are the run's: the summary's digest is over the same fp32 values.
+  EXPECT_FALSE(after(r.out, ", digest ").empty());
+}
+
+TEST(V41Cli, TheRunFileReaderRefusesAnotherFormatAndAShapeThatIsNotTheConfigs) {
+  const fs::path out = scratch() / "bad.h5";
+  ASSERT_EQ(ced("run --config v41-tiny --tokens 3 --out " + out.string()).code, 0);
+  {
+    const hid_t f = H5Fopen(out.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Ldelete(f, "/layers/2/attn_x", H5P_DEFAULT), 0);
+    const hsize_t dims[2] = {3, 7};
+    const hid_t sp = H5Screate_simple(2, dims, nullptr);
+    const hid_t d = H5Dcreate2(f, "/layers/2/attn_x", H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    std::vector<float> zeros(21, 0.f);
+    H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data());
+    H5Dclose(d);
+    H5Sclose(sp);
+    H5Fclose(f);
+  }
+  try {
+    read_v41_run_file(out);
+    FAIL() << "read a mis-shaped attn_x";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/layers/2/attn_x: dimension 1 is 7, expected 256"), std::string::npos)
+        << e.what();
+  }
+  std::ofstream(scratch() / "not.h5") << "not hdf5";
+  EXPECT_THROW(read_v41_run_file(scratch() / "not.h5"), InputError);
+}
+
+TEST(V41Cli, BadInputIsOneLineAndExit2) {
+  const std::string d = exported().string();
+  expect_refused("export --config v41-flash --out " + (scratch() / "flash").string(), "billion parameters");
+  EXPECT_FALSE(fs::exists(scratch() / "flash"));
+  expect_refused("run --config v41-flash --tokens 4", "the released sizes are for the oracle");
+  expect_refused("export --config v41-tiny --tokens 4 --out " + (scratch() / "t").string(), "--tokens: the lab");
+  expect_refused("export --config v41-tiny --out " + d, "");  // the folder exists and is not empty
+  expect_refused("export --config tiny --shard-bytes 100 --out " + (scratch() / "x.st").string(), "--shard-bytes");
+  expect_refused("run --checkpoint " + d + " --config v41-tiny --tokens 3", "not both");
+  expect_refused("run --checkpoint " + d + " --weight-seed 2 --tokens 3", "--weight-seed");
+  expect_refused("run --checkpoint " + d, "--tokens or --token-file");
+  expect_refused("run --config v41-tiny --tokens 3 --mode ced", "--mode: not for a v41 run");
+  expect_refused("run --config v41-tiny --tokens 3 --regime fp16", "v41 regime 'fp16'");
+  expect_refused("run --config v41-tiny --tokens 3 --backend reference", "lab model family");
+  expect_refused("run --config tiny --tokens 3 --backend v41-reference --out " + (scratch() / "l.h5").string(),
+                 "v41 model family");
+  expect_refused("run --config tiny --tokens 3 --regime bf16 --out " + (scratch() / "l.h5").string(),
+                 "--regime: an option of the v41 family");
+  expect_refused("run --checkpoint " + (scratch() / "nowhere").string() + " --tokens 3", "nowhere");
+  std::ofstream(scratch() / "bad-ids.txt") << "1 2 x3";
+  expect_refused("run --config v41-tiny --token-file " + (scratch() / "bad-ids.txt").string(), "token 2 is 'x3'");
+  std::ofstream(scratch() / "big-ids.txt") << "1 1024";
+  expect_refused("run --config v41-tiny --token-file " + (scratch() / "big-ids.txt").string(), "outside [0, 1024)");
+  // A truncated shard of a copied folder.
+  const fs::path cut = scratch() / "cut";
+  fs::copy(d, cut, fs::copy_options::recursive);
+  for (const auto& e : fs::directory_iterator(cut))
+    if (e.path().extension() == ".safetensors") {
+      fs::resize_file(e.path(), fs::file_size(e.path()) - 1);
+      break;
+    }
+  expect_refused("run --checkpoint " + cut.string() + " --tokens 3", "v41 checkpoint");
+}
+
+}  // namespace

@@ -1,0 +1,149 @@
+// The v41 gate against DeepSeek's own code (docs/v41.md §12): every committed golden file of
+// golden/v41/ (the official inference/model.py run on a `ced export` checkpoint, scripts/
+// v41-official-golden.sh) agrees with our reference within the budgets of models/v41/agreement.cpp,
+// layer by layer with teacher forcing and end to end; and each negative control (a bug a port really
+// had, planted) breaks a budget first at the layer where the bug lives.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <filesystem>
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "models/v41/agreement.hpp"
+#include "models/v41/checkpoint.hpp"
+#include "models/v41/run_file.hpp"
+
+namespace fs = std::filesystem;
+using namespace ced::v41;
+
+namespace {
+
+const fs::path kGolden = CED_V41_GOLDEN_DIR;
+
+// The checkpoint a golden file ran, made again from its config and weight seed; the digest proves it
+// is the same bytes the official code read.
+struct Loaded {
+  V41RunFile file;
+  V41Checkpoint checkpoint;
+};
+const Loaded& load(const std::string& name) {
+  static std::map<std::string, Loaded> cache;
+  auto it = cache.find(name);
+  if (it != cache.end()) return it->second;
+  Loaded l;
+  l.file = read_v41_run_file(kGolden / name);
+  EXPECT_TRUE(l.file.weight_seed.has_value()) << name;
+  l.checkpoint = make_v41_random_checkpoint(v41_builtin_config(l.file.config.name), l.file.weight_seed.value_or(0));
+  // A hot file's boosts (`ced export --boost TENSOR=K`, recorded as "T=K,T=K").
+  if (const auto b = l.file.provenance.find("boost"); b != l.file.provenance.end()) {
+    std::stringstream list(b->second);
+    for (std::string item; std::getline(list, item, ',');)
+      boost_v41_weight(l.checkpoint, item.substr(0, item.find('=')), std::stoi(item.substr(item.find('=') + 1)));
+  }
+  return cache.emplace(name, std::move(l)).first->second;
+}
+
+std::vector<std::string> golden_files() {
+  std::vector<std::string> v;
+  for (const auto& e : fs::directory_iterator(kGolden))
+    if (e.path().extension() == ".h5") v.push_back(e.path().filename().string());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+class V41Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(V41Golden, OurReferenceAgreesWithTheOfficialCodeWithinEveryBudget) {
+  const Loaded& l = load(GetParam());
+  ASSERT_EQ(v41_weights_digest(l.checkpoint.weights), l.file.weights_digest)
+      << "the regenerated checkpoint is not the one the official code ran";
+  const V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
+  const V41Agreement a = v41_agreement(model, l.file);
+  std::printf("%s\n", v41_agreement_table(a).c_str());
+  const V41TensorAgreement* f = a.first_failure();
+  EXPECT_EQ(f, nullptr) << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
+  EXPECT_GT(a.rows.size(), 10u);
+}
+
+INSTANTIATE_TEST_SUITE_P(GoldenFiles, V41Golden, ::testing::ValuesIn(golden_files()),
+                         [](const auto& info) {
+                           std::string n = info.param.substr(0, info.param.size() - 3);
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+TEST(V41GoldenFiles, CoverBothModelsBothOfficialRegimesNEquals1OddNAndBothSidesOfTheWindow) {
+  std::set<std::string> seen;
+  for (const auto& name : golden_files()) {
+    const Loaded& l = load(name);
+    const int64_t N = static_cast<int64_t>(l.file.tokens.size());
+    const std::string tag = l.file.config.name + "/" + v41_regime_name(l.file.regime);
+    seen.insert(tag);
+    if (N == 1) seen.insert(tag + " N=1");
+    if (N % 2 == 1 && N > 1) seen.insert(tag + " odd");
+    if (N < l.file.config.window_size) seen.insert(tag + " below W");
+    if (N > l.file.config.window_size) seen.insert(tag + " above W");
+    EXPECT_FALSE(l.file.provenance.at("torch").empty()) << name;
+    EXPECT_FALSE(l.file.provenance.at("official_sha256").empty()) << name;
+  }
+  for (const char* model : {"v41-tiny", "v41-wide"})
+    for (const char* regime : {"bf16", "release"})
+      for (const char* what : {"", " N=1", " odd", " below W"})
+        EXPECT_TRUE(seen.count(std::string(model) + "/" + regime + what)) << model << " " << regime << what;
+  EXPECT_TRUE(seen.count("v41-tiny/release above W"));
+  EXPECT_TRUE(seen.count("v41-tiny/bf16 above W"));
+}
+
+}  // namespace
+
+namespace {
+
+// Each control, the golden file it is planted on (N = 17: RoPE at position 0 is the identity, so a
+// rotation bug needs later positions) and where the gate must first see it.
+struct Control {
+  V41Fault fault;
+  const char* file;
+  int64_t layer;
+  const char* kind;
+};
+
+class V41NegativeControl : public ::testing::TestWithParam<Control> {};
+
+TEST_P(V41NegativeControl, BreaksABudgetFirstAtTheLayerAndTensorWhereTheBugLives) {
+  const Control& ctl = GetParam();
+  const Loaded& l = load(ctl.file);
+  V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
+  model.set_fault(ctl.fault);
+  const V41Agreement a = v41_agreement(model, l.file);
+  const V41TensorAgreement* f = a.first_failure();
+  ASSERT_NE(f, nullptr) << "the gate passed with the fault planted";
+  std::printf("first failure: %s layer %lld %s: %s\n", f->pass.c_str(), (long long)f->layer, f->kind.c_str(),
+              f->failure.c_str());
+  EXPECT_EQ(f->pass, "teacher forced");
+  EXPECT_EQ(f->layer, ctl.layer);
+  EXPECT_EQ(f->kind, ctl.kind);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    PortBugs, V41NegativeControl,
+    ::testing::Values(Control{V41Fault::v4_q_norm, "tiny-fp8-n17.h5", 0, "attn_out (forced x)"},
+                      Control{V41Fault::one_rope_theta, "tiny-fp8-n17.h5", 1, "attn_kv (forced x)"},
+                      // sparse_attn's rows are the window KV, then the compressed KV: the unrotated keys
+                      // show there first, in the layer that publishes them.
+                      Control{V41Fault::unrotated_compressed_keys, "tiny-fp8-n17.h5", 1, "attn_kv (forced x)"},
+                      Control{V41Fault::unclamped_shared_expert, "tiny-fp8-n17-hot.h5", 0, "ffn_out (forced x)"},
+                      Control{V41Fault::mhc_same_sublayer, "tiny-fp8-n17.h5", 0, "attn_x"},
+                      Control{V41Fault::v4_q_norm, "wide-bf16-n33.h5", 0, "attn_out (forced x)"},
+                      Control{V41Fault::mhc_same_sublayer, "wide-bf16-n33.h5", 0, "attn_x"}),
+    [](const auto& info) {
+      std::string n = v41_fault_names()[static_cast<size_t>(info.param.fault)] + "_on_" + info.param.file;
+      for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
+
+}  // namespace
