@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "models/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
@@ -23,8 +22,8 @@ namespace {
 
 const fs::path kGolden = CED_V41_GOLDEN_DIR;
 
-// The checkpoint a golden file ran, made again from its config and weight seed; the digest proves it
-// is the same bytes the official code read.
+// The checkpoint a golden file ran, made again from its config, weight seed and boosts; the digest
+// proves it is the same bytes the official code read (v41_golden_checkpoint refuses otherwise).
 struct Loaded {
   V41RunFile file;
   V41Checkpoint checkpoint;
@@ -35,14 +34,7 @@ const Loaded& load(const std::string& name) {
   if (it != cache.end()) return it->second;
   Loaded l;
   l.file = read_v41_run_file(kGolden / name);
-  EXPECT_TRUE(l.file.weight_seed.has_value()) << name;
-  l.checkpoint = make_v41_random_checkpoint(v41_builtin_config(l.file.config.name), l.file.weight_seed.value_or(0));
-  // A hot file's boosts (`ced export --boost TENSOR=K`, recorded as "T=K,T=K").
-  if (const auto b = l.file.provenance.find("boost"); b != l.file.provenance.end()) {
-    std::stringstream list(b->second);
-    for (std::string item; std::getline(list, item, ',');)
-      boost_v41_weight(l.checkpoint, item.substr(0, item.find('=')), std::stoi(item.substr(item.find('=') + 1)));
-  }
+  l.checkpoint = v41_golden_checkpoint(l.file);
   return cache.emplace(name, std::move(l)).first->second;
 }
 
@@ -60,6 +52,7 @@ TEST_P(V41Golden, OurReferenceAgreesWithTheOfficialCodeWithinEveryBudget) {
   const Loaded& l = load(GetParam());
   ASSERT_EQ(v41_weights_digest(l.checkpoint.weights), l.file.weights_digest)
       << "the regenerated checkpoint is not the one the official code ran";
+  EXPECT_TRUE(l.file.weight_seed.has_value());
   const V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
   const V41Agreement a = v41_agreement(model, l.file);
   std::printf("%s\n", v41_agreement_table(a).c_str());

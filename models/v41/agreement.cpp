@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <sstream>
 
 #include "model/error.hpp"
 #include "models/v41/checkpoint.hpp"
@@ -84,10 +85,11 @@ double ulps(double d, double ref, int bits) {
 void judge(V41TensorAgreement& r) {
   const Budget& b = budget_of(r.kind);
   if (r.kind == "logits (end to end)") {
-    // A random model amplifies every flip (§9.4: 3-12 % of the logits' scale); 25 % is where a
-    // wrong layer lands, far above the measured 1-6 %.
-    if (r.max_abs > 0.25 * r.max_ref)
-      r.failure = fmt::format("max |d| {:.3g} is more than 25 % of max |official| {:.3g}", r.max_abs, r.max_ref);
+    // A random model amplifies every flip layer by layer (§9.4; the official code against itself on
+    // another thread count: 3-12 % of the logits' scale): measured up to 21 % (tiny, N = 40), with every
+    // layer within its budget when teacher forced. 35 % leaves that margin; the layers are the judge.
+    if (r.max_abs > 0.35 * r.max_ref)
+      r.failure = fmt::format("max |d| {:.3g} is more than 35 % of max |official| {:.3g}", r.max_abs, r.max_ref);
     return;
   }
   if (!r.notes.empty() && r.n == 0) r.failure = r.notes.front();
@@ -301,6 +303,23 @@ V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official) {
   teacher_forced(g);
   end_to_end(g);
   return std::move(g.out);
+}
+
+V41Checkpoint v41_golden_checkpoint(const V41RunFile& f) {
+  if (!f.weight_seed) throw InputError("v41 golden: the run file records no weight seed: not a `ced export` checkpoint");
+  V41Checkpoint ck = make_v41_random_checkpoint(v41_builtin_config(f.config.name), *f.weight_seed);
+  if (const auto b = f.provenance.find("boost"); b != f.provenance.end()) {
+    std::stringstream list(b->second);
+    for (std::string item; std::getline(list, item, ',');) {
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos) throw InputError(fmt::format("v41 golden: boost '{}' is not TENSOR=K", item));
+      boost_v41_weight(ck, item.substr(0, eq), std::stoi(item.substr(eq + 1)));
+    }
+  }
+  if (const std::string d = v41_weights_digest(ck.weights); d != f.weights_digest)
+    throw InputError(fmt::format("v41 golden: the regenerated weights have digest {}, the file's are {}", d,
+                                 f.weights_digest));
+  return ck;
 }
 
 std::string v41_agreement_table(const V41Agreement& a) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "models/v41/checkpoint.hpp"
 #include "models/v41/forward.hpp"
 #include "models/v41/run_file.hpp"
 
@@ -40,6 +41,12 @@ struct V41Agreement {
 // Compares the model (its config and weights must be the run file's: the caller checks the digest)
 // with the official run file, both passes. The model's regime is the file's.
 V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official);
+
+// The checkpoint a golden file ran, made again: the built-in its config names, `ced export`'s random
+// weights of its weight seed, and the boosts its provenance records ("TENSOR=K,..."); InputError when
+// the file has no weight seed or the weights digest is not the file's (another generator, another
+// checkpoint).
+V41Checkpoint v41_golden_checkpoint(const V41RunFile& f);
 
 // The table a person reads: one line per row (pass, layer, kind, values, bitwise, max |d|, ulps,
 // budget verdict), then the notes.

@@ -1,0 +1,95 @@
+// docs/v41.md §12.3: a test-only driver that runs the gate on every golden file of a folder and prints
+// the agreement per regime and tensor kind as the markdown table of the README and docs/v41.md:
+//   v41_agreement_summary golden/v41
+// Exit 0 when every file is within every budget, 1 when one is not, 2 on bad input.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "model/error.hpp"
+#include "models/v41/agreement.hpp"
+
+namespace {
+
+using namespace ced::v41;
+
+struct Total {
+  int64_t files = 0, n = 0, equal = 0;
+  double max_ulp16 = 0, max_ulp32 = 0, max_abs = 0, max_rel = 0;
+  bool rows = false, row_scaled = false;
+  std::vector<std::string> notes;
+};
+
+int run(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".h5") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) throw ced::InputError(fmt::format("{}: no .h5 golden files", dir.string()));
+  // regime -> kind (in first-seen order) -> total
+  std::map<std::string, std::vector<std::pair<std::string, Total>>> by;
+  int failures = 0;
+  for (const auto& p : files) {
+    const V41RunFile f = read_v41_run_file(p);
+    const V41Checkpoint ck = v41_golden_checkpoint(f);
+    const V41Model model(ck.config, ck.weights, f.regime);
+    const V41Agreement a = v41_agreement(model, f);
+    if (const auto* x = a.first_failure()) {
+      ++failures;
+      fmt::print(stderr, "{}: {} layer {} {}: {}\n", p.filename().string(), x->pass, x->layer, x->kind, x->failure);
+    }
+    auto& kinds = by[v41_regime_name(f.regime)];
+    std::map<std::string, bool> counted;
+    for (const auto& r : a.rows) {
+      const std::string kind = r.pass == "teacher forced" ? r.kind : r.kind.find("end to end") != std::string::npos ? r.kind : r.kind + " (end to end)";
+      auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == kind; });
+      if (it == kinds.end()) it = kinds.insert(kinds.end(), {kind, Total{}});
+      Total& t = it->second;
+      if (!counted[kind]) ++t.files, counted[kind] = true;
+      t.n += r.n;
+      t.equal += r.equal;
+      t.max_ulp16 = std::max(t.max_ulp16, r.max_ulp16);
+      t.max_ulp32 = std::max(t.max_ulp32, r.max_ulp32);
+      t.max_abs = std::max(t.max_abs, r.max_abs);
+      if (r.max_ref > 0) t.max_rel = std::max(t.max_rel, r.max_abs / r.max_ref);
+      t.rows = r.rows_compared;
+      t.row_scaled = r.row_scaled;
+      for (const auto& n : r.notes) t.notes.push_back(fmt::format("{}: {}", p.filename().string(), n));
+    }
+  }
+  for (const auto& [regime, kinds] : by) {
+    fmt::print("\n### regime {}\n\n| kind | files | compared | bitwise | max bf16 ulps | max fp32 ulps | max abs diff |\n"
+               "|---|---|---|---|---|---|---|\n", regime);
+    for (const auto& [kind, t] : kinds) {
+      const double frac = t.n ? static_cast<double>(t.equal) / static_cast<double>(t.n) : 1.0;
+      const std::string ulp16 = t.rows ? "–" : fmt::format("{:.3g}{}", t.max_ulp16, t.row_scaled ? " (row)" : "");
+      const std::string ulp32 = t.rows || t.row_scaled ? "–" : fmt::format("{:.3g}", t.max_ulp32);
+      const std::string abs = t.rows ? "–" : fmt::format("{:.3g}", t.max_abs);
+      fmt::print("| {} | {} | {} {} | {} | {} | {} | {} |\n", kind, t.files, t.n, t.rows ? "rows" : "values",
+                 t.rows ? fmt::format("{} of {} rows differ", t.n - t.equal, t.n) : fmt::format("{:.4f} %", 100 * frac),
+                 ulp16, ulp32, kind == "logits (end to end)" ? fmt::format("{} ({:.2g} of max |logit|)", abs, t.max_rel) : abs);
+    }
+    for (const auto& [kind, t] : kinds)
+      for (const auto& n : t.notes) fmt::print("- {}\n", n);
+  }
+  fmt::print("\n{} files, {} outside a budget\n", files.size(), failures);
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fmt::print(stderr, "usage: v41_agreement_summary GOLDEN_DIR\n");
+    return 2;
+  }
+  try {
+    return run(argv[1]);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "v41_agreement_summary: {}\n", e.what());
+    return 2;
+  }
+}
