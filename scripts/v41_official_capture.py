@@ -39,6 +39,8 @@ def main() -> int:
     ap.add_argument("--checkpoint", help="run this release-layout folder instead of a preset")
     ap.add_argument("--config-name", help="with --checkpoint: the built-in the folder was exported from")
     ap.add_argument("--weight-seed", type=int, help="with --checkpoint: the --weight-seed it was exported with")
+    ap.add_argument("--lean", action="store_true",
+                    help="leave sparse_attn's query and output out of a run file (the golden files)")
     ap.add_argument("--boost", action="append", default=[],
                     help="with --checkpoint: a `ced export --boost TENSOR=K` it was exported with (recorded)")
     args = ap.parse_args()
@@ -276,8 +278,8 @@ def write_run_file(out: Path, t: dict, line: dict, meta: dict, args, official: P
         for l in range(meta["model_args"]["n_layers"]):
             lay.create_group(str(l))
         for k, v in t.items():
-            # sparse_attn's query and output are 60 % of a file; the compare script's capture has them.
-            if not k.startswith("layer") or k.endswith(("_attn_q", "_attn_o")):
+            # sparse_attn's query and output are 60 % of a file: --lean (the golden files) drops them.
+            if not k.startswith("layer") or (args.lean and k.endswith(("_attn_q", "_attn_o"))):
                 continue
             head, name = k.split("_", 1)
             put(f, f"layers/{int(head[5:])}/{RENAMED.get(name, name)}", v)

@@ -44,7 +44,7 @@ Runner add_run(CLI::App& app) {
     int64_t prefix = -1, decode = 0, resume_replay = -1;
     bool weights = false;
     std::string fault = "none", cache_out, cache_in;
-    std::string checkpoint, regime = "release", token_file;
+    std::string checkpoint, regime = "release", token_file, topk_ties = "torch", index_scores = "bf16";
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("run", "run one prefill (and decode) on one backend and write it as HDF5");
@@ -52,6 +52,10 @@ Runner add_run(CLI::App& app) {
   sub->add_option("--checkpoint", o->checkpoint, "v41: run this release-layout folder (instead of --config)")
       ->check(non_empty());
   sub->add_option("--regime", o->regime, "v41: release | bf16 | f64 (docs/v41.md §8.1)")->capture_default_str();
+  sub->add_option("--topk-ties", o->topk_ties, "v41: torch | lowest-index (equal index scores, docs/v41.md §8.7)")
+      ->capture_default_str();
+  sub->add_option("--index-scores", o->index_scores, "v41: bf16 | fp32 (the index score's roundings, docs/v41.md §8.7)")
+      ->capture_default_str();
   sub->add_option("--token-file", o->token_file, "v41: the prompt's token ids, whitespace-separated (instead of --tokens)")
       ->check(non_empty());
   sub->add_option("--tokens", o->tokens, "prompt length N")->transform(integer_in(1, kMaxLength));
@@ -90,11 +94,21 @@ Runner add_run(CLI::App& app) {
                 throw InputError("--tokens or --token-file: a v41 run takes exactly one");
               if (!o->checkpoint.empty() && sub->count("--weight-seed") > 0)
                 throw InputError("--weight-seed: a checkpoint folder carries its weights");
-              return run_v41({o->model.config, o->checkpoint, o->model.weight_seed, o->model.token_seed, o->regime,
-                              sub->count("--backend") > 0 ? o->backend : "v41-reference", o->tokens, o->token_file,
-                              o->out});
+              V41RunOptions r;
+              r.config = o->model.config;
+              r.checkpoint = o->checkpoint;
+              r.weight_seed = o->model.weight_seed;
+              r.token_seed = o->model.token_seed;
+              r.regime = o->regime;
+              r.topk_ties = o->topk_ties;
+              r.index_scores = o->index_scores;
+              if (sub->count("--backend") > 0) r.backend = o->backend;
+              r.tokens = o->tokens;
+              r.token_file = o->token_file;
+              r.out = o->out;
+              return run_v41(r);
             }
-            for (const char* v41_only : {"--checkpoint", "--regime", "--token-file"})
+            for (const char* v41_only : {"--checkpoint", "--regime", "--token-file", "--topk-ties", "--index-scores"})
               if (sub->count(v41_only) > 0)
                 throw InputError(fmt::format("{}: an option of the v41 family; config {} is a lab config", v41_only,
                                              o->model.config));

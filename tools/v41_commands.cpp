@@ -114,6 +114,8 @@ int export_v41(const V41ExportOptions& o) {
 
 int run_v41(const V41RunOptions& o) {
   const v41::V41Regime regime = v41::v41_regime_from_name(o.regime);
+  const v41::V41Options options{v41::v41_topk_ties_from_name(o.topk_ties),
+                                v41::v41_index_scores_from_name(o.index_scores)};
   Stopwatch load_clock;
   v41::V41Checkpoint ck;
   std::string source;
@@ -134,11 +136,13 @@ int run_v41(const V41RunOptions& o) {
   const std::string digest = v41::v41_weights_digest(ck.weights);
   std::printf("config %s (v41 family), %s, weights digest %s\n", c.name.c_str(), source.c_str(), digest.c_str());
   const auto model = make_v41_backend(o.backend, c, ck.weights, regime);
+  model->set_options(options);
   v41::V41EngramHashing hashing;
   if (!c.engram_layer_ids.empty()) hashing = {v41::v41_engram_token_map(c), v41::v41_engram_multipliers(c)};
   const double load_s = load_clock.seconds();
   const int64_t N = static_cast<int64_t>(tokens.size());
-  std::printf("backend %s, regime %s, N = %lld (%s)\n", o.backend.c_str(), v41::v41_regime_name(regime), (long long)N,
+  std::printf("backend %s, regime %s, top-k ties %s, index scores %s, N = %lld (%s)\n", o.backend.c_str(),
+              v41::v41_regime_name(regime), o.topk_ties.c_str(), o.index_scores.c_str(), (long long)N,
               o.token_file.empty() ? fmt::format("token_seed {}", o.token_seed).c_str()
                                    : fmt::format("token ids from {}", o.token_file).c_str());
   Stopwatch forward_clock;
@@ -163,6 +167,7 @@ int run_v41(const V41RunOptions& o) {
     f.generator = fmt::format("ced run (ced-harness {}; {})", CED_VERSION, o.backend);
     f.config = c;
     f.regime = regime;
+    f.options = options;
     f.weights_digest = digest;
     if (o.checkpoint.empty()) f.weight_seed = o.weight_seed;
     f.tokens = tokens;

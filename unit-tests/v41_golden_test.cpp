@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <algorithm>
 #include <map>
@@ -13,6 +14,8 @@
 
 #include "models/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
+#include "models/v41/forward_ops.hpp"
+#include "models/v41/numerics.hpp"
 #include "models/v41/run_file.hpp"
 
 namespace fs = std::filesystem;
@@ -138,5 +141,49 @@ INSTANTIATE_TEST_SUITE_P(
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return n;
     });
+
+}  // namespace
+
+namespace {
+
+// The switches of what the release leaves open (docs/v41.md §8.7) are not the official behaviour. Lower
+// index first on equal index scores moves selections the official code makes (ties are common: a
+// score whose heads all relu to 0 is exactly 0), and the gate names the layer.
+TEST(V41Switches, LowestIndexTiesMoveOfficialSelectionsAndTheGateNamesTheLayer) {
+  const Loaded& l = load("tiny-fp8-n40.h5");
+  V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
+  model.set_options({V41TopkTies::lowest_index, V41IndexScores::bf16});
+  const V41Agreement a = v41_agreement(model, l.file);
+  const V41TensorAgreement* f = a.first_failure();
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->pass, "teacher forced");
+  EXPECT_EQ(f->layer, 1);  // the first index source
+  EXPECT_EQ(f->kind, "attn_idx (forced x)") << f->failure;
+}
+
+TEST(V41Switches, LowestIndexTiesTakeTheLowerPositionFirstAndNanAboveEverything) {
+  const std::vector<double> v{1, 3, 3, 3, 2, std::nan(""), 3};
+  EXPECT_EQ(fwd::select_topk(v, 3, true, V41TopkTies::lowest_index), (std::vector<int64_t>{5, 1, 2}));
+  EXPECT_EQ(fwd::select_topk(v, 9, false, V41TopkTies::lowest_index), (std::vector<int64_t>{5, 1, 2, 3, 6, 4, 0}));
+  EXPECT_EQ(fwd::select_topk(v, 3, true, V41TopkTies::torch), fwd::torch_topk(v, 3, false, true));
+}
+
+// fp32 index scores drop the three bf16 roundings: the scores are no longer bf16 values. On the golden
+// files no selection moves (docs/v41.md §8.7 says so), so this switch is shown on the scores themselves.
+TEST(V41Switches, Fp32IndexScoresAreNotBf16ValuesAndDefaultOnesAre) {
+  const Loaded& l = load("tiny-fp8-n40.h5");
+  V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
+  V41EngramHashing h{v41_engram_token_map(l.checkpoint.config), v41_engram_multipliers(l.checkpoint.config)};
+  auto off_grid = [](const std::vector<double>& v) {
+    int64_t n = 0;
+    for (double x : v) n += std::isfinite(x) && static_cast<double>(round_bf16(static_cast<float>(x))) != x;
+    return n;
+  };
+  const auto def = model.forward(l.file.tokens, h);
+  model.set_options({V41TopkTies::torch, V41IndexScores::fp32});
+  const auto f32 = model.forward(l.file.tokens, h);
+  EXPECT_EQ(off_grid(def.layers[1].index_score), 0);
+  EXPECT_GT(off_grid(f32.layers[1].index_score), 0);
+}
 
 }  // namespace

@@ -23,7 +23,7 @@ struct V41TensorAgreement {
   std::string kind;      // the budget's name: "attn_out (forced x)", "topk_idxs (forced x)", ...
   int64_t n = 0, equal = 0;
   double max_abs = 0, max_ref = 0, max_ulp16 = 0, max_ulp32 = 0;
-  bool row_scaled = false;     // max_ulp16 in spacings of each row's RMS (a stream of dim values)
+  bool row_scaled = false;     // max_ulp16 in spacings of max(|element|, its row's RMS)
   std::string where;     // the element of the largest difference
   bool rows_compared = false;  // an index list: n and equal count rows
   std::vector<std::string> notes;  // rows that differ, shape mismatches
@@ -53,7 +53,7 @@ V41Checkpoint v41_golden_checkpoint(const V41RunFile& f);
 std::string v41_agreement_table(const V41Agreement& a);
 
 // The comparison of one tensor, for other drivers (the compare script's v41_official_compare).
-// row_len > 0: bf16 ulps in spacings of the RMS of each official row of row_len values.
+// row_len > 0: bf16 ulps in spacings of max(|official element|, the RMS of its row of row_len values).
 void v41_compare_values(V41TensorAgreement& row, std::span<const double> ours, std::span<const double> official,
                         const std::string& at, int64_t row_len = 0);
 // One index list per row ([N, k] both): rows equal as sets and in order; each differing row noted with

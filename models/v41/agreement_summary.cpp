@@ -1,6 +1,7 @@
-// docs/v41.md §12.3: a test-only driver that runs the gate on every golden file of a folder and prints
-// the agreement per regime and tensor kind as the markdown table of the README and docs/v41.md:
-//   v41_agreement_summary golden/v41
+// docs/v41.md §12.4: a test-only driver that runs the gate on official run files (the golden files of a
+// folder, or the files named) and prints the agreement per regime and tensor kind as the markdown
+// table of the README and docs/v41.md; -v also prints each file's table, row by row:
+//   v41_agreement_summary [-v] golden/v41 | FILE.h5...
 // Exit 0 when every file is within every budget, 1 when one is not, 2 on bad input.
 #include <fmt/format.h>
 
@@ -23,12 +24,20 @@ struct Total {
   std::vector<std::string> notes;
 };
 
-int run(const std::filesystem::path& dir) {
+int run(const std::vector<std::filesystem::path>& args, bool verbose) {
   std::vector<std::filesystem::path> files;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    if (e.path().extension() == ".h5") files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  if (files.empty()) throw ced::InputError(fmt::format("{}: no .h5 golden files", dir.string()));
+  for (const auto& a : args) {
+    if (!std::filesystem::is_directory(a)) {
+      files.push_back(a);
+      continue;
+    }
+    std::vector<std::filesystem::path> in;
+    for (const auto& e : std::filesystem::directory_iterator(a))
+      if (e.path().extension() == ".h5") in.push_back(e.path());
+    if (in.empty()) throw ced::InputError(fmt::format("{}: no .h5 run files", a.string()));
+    std::sort(in.begin(), in.end());
+    files.insert(files.end(), in.begin(), in.end());
+  }
   // regime -> kind (in first-seen order) -> total
   std::map<std::string, std::vector<std::pair<std::string, Total>>> by;
   int failures = 0;
@@ -37,6 +46,8 @@ int run(const std::filesystem::path& dir) {
     const V41Checkpoint ck = v41_golden_checkpoint(f);
     const V41Model model(ck.config, ck.weights, f.regime);
     const V41Agreement a = v41_agreement(model, f);
+    if (verbose) fmt::print("\n== {} ({}, N = {})\n{}", p.string(), v41_regime_name(f.regime), f.tokens.size(),
+                            v41_agreement_table(a));
     if (const auto* x = a.first_failure()) {
       ++failures;
       fmt::print(stderr, "{}: {} layer {} {}: {}\n", p.filename().string(), x->pass, x->layer, x->kind, x->failure);
@@ -82,12 +93,18 @@ int run(const std::filesystem::path& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    fmt::print(stderr, "usage: v41_agreement_summary GOLDEN_DIR\n");
+  std::vector<std::filesystem::path> args;
+  bool verbose = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "-v") verbose = true;
+    else args.emplace_back(argv[i]);
+  }
+  if (args.empty()) {
+    fmt::print(stderr, "usage: v41_agreement_summary [-v] GOLDEN_DIR | FILE.h5...\n");
     return 2;
   }
   try {
-    return run(argv[1]);
+    return run(args, verbose);
   } catch (const std::exception& e) {
     fmt::print(stderr, "v41_agreement_summary: {}\n", e.what());
     return 2;

@@ -68,7 +68,10 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
   const double ws = L.a.c(std::pow(static_cast<double>(ID), -0.5) * std::pow(static_cast<double>(IH), -0.5));
   for (double& v : wts) v = L.a.bf(L.a.mul(v, ws));
 
-  // score[t, j] = Σ_h bf16(relu(bf16(q_th · k_j)) · w_th), the head sum in fp32, then bf16.
+  // score[t, j] = Σ_h bf16(relu(bf16(q_th · k_j)) · w_th), the head sum in fp32, then bf16; with
+  // --index-scores fp32 (engines whose indexer kernel keeps fp32) none of the three bf16 roundings.
+  const bool fp32_scores = L.options.index_scores == V41IndexScores::fp32;
+  auto score_bf = [&](double v) { return fp32_scores ? v : L.a.bf(v); };
   Vec score(static_cast<size_t>(N * T));
   const Vec& ik = shared.index_k;
 #pragma omp parallel for schedule(static) if (N * T * IH * ID > kParallelWork)
@@ -80,9 +83,9 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
         const double* qv = q.data() + (t * IH + h) * ID;
         const double* kv = ik.data() + j * ID;
         for (int64_t d = 0; d < ID; ++d) dot = L.a.add(dot, L.a.mul(qv[d], kv[d]));
-        s = L.a.add(s, L.a.bf(L.a.mul(std::max(L.a.bf(dot), 0.0), wts[static_cast<size_t>(t * IH + h)])));
+        s = L.a.add(s, score_bf(L.a.mul(std::max(score_bf(dot), 0.0), wts[static_cast<size_t>(t * IH + h)])));
       }
-      score[static_cast<size_t>(t * T + j)] = L.a.bf(s);
+      score[static_cast<size_t>(t * T + j)] = score_bf(s);
     }
   // A query at t sees the groups complete by t: j < (t + 1) / r.
   for (int64_t t = 0; t < N; ++t)
@@ -104,8 +107,8 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
   const int64_t k = std::min(c.index_topk, T);
   std::vector<int32_t> idx(static_cast<size_t>(N * k));
   for (int64_t t = 0; t < N; ++t) {
-    auto top = torch_topk(std::span<const double>(score).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
-                          k, false, L.a.emulate);
+    auto top = select_topk(std::span<const double>(score).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
+                           k, L.a.emulate, L.options.topk_ties);
     std::sort(top.begin(), top.end());
     for (int64_t j = 0; j < k; ++j) {
       const int64_t p = top[static_cast<size_t>(j)];

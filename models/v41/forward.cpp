@@ -42,6 +42,21 @@ V41Regime v41_regime_from_name(std::string_view name) {
   throw InputError(fmt::format("v41 regime '{}': unknown (known: {})", name, fmt::join(v41_regime_names(), ", ")));
 }
 
+V41TopkTies v41_topk_ties_from_name(std::string_view name) {
+  if (name == "torch") return V41TopkTies::torch;
+  if (name == "lowest-index") return V41TopkTies::lowest_index;
+  throw InputError(fmt::format("v41 top-k ties '{}': unknown (known: torch, lowest-index)", name));
+}
+
+V41IndexScores v41_index_scores_from_name(std::string_view name) {
+  if (name == "bf16") return V41IndexScores::bf16;
+  if (name == "fp32") return V41IndexScores::fp32;
+  throw InputError(fmt::format("v41 index scores '{}': unknown (known: bf16, fp32)", name));
+}
+
+const char* v41_topk_ties_name(V41TopkTies t) { return t == V41TopkTies::torch ? "torch" : "lowest-index"; }
+const char* v41_index_scores_name(V41IndexScores s) { return s == V41IndexScores::bf16 ? "bf16" : "fp32"; }
+
 const std::vector<std::string>& v41_fault_names() {
   static const std::vector<std::string> names = {"none", "v4-q-norm", "one-rope-theta", "unrotated-compressed-keys",
                                                  "unclamped-shared-expert", "mhc-same-sublayer"};
@@ -150,7 +165,7 @@ V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> strea
                                  D, hc, N));
   const fwd::Arith a(regime_);
   const fwd::RopeTable rope = layer_rope(a, config_, lp, N, fault_);
-  const fwd::LayerCtx L{c, lp, w, a, rope, N, fault_};
+  const fwd::LayerCtx L{c, lp, w, a, rope, N, fault_, options_};
   V41LayerCapture cap;
   cap.layer = layer;
   std::vector<double> x(streams.begin(), streams.end());
@@ -197,14 +212,14 @@ std::vector<double> V41Model::attention(int64_t layer, std::span<const double> x
   const fwd::Arith a(regime_);
   const LayerPlan& lp = plan_[layer];
   const fwd::RopeTable rope = layer_rope(a, config_, lp, N, fault_);
-  const fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_};
+  const fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_, options_};
   return fwd::attention_forward(L, x, shared, cap);
 }
 
 std::vector<double> V41Model::moe(int64_t layer, std::span<const double> x, int64_t N, V41LayerCapture& cap) const {
   const fwd::Arith a(regime_);
   const fwd::RopeTable none;
-  const fwd::LayerCtx L{config_, plan_[layer], *layers_[static_cast<size_t>(layer)], a, none, N, fault_};
+  const fwd::LayerCtx L{config_, plan_[layer], *layers_[static_cast<size_t>(layer)], a, none, N, fault_, options_};
   return fwd::moe_forward(L, x, cap);
 }
 

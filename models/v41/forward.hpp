@@ -28,6 +28,18 @@ const std::vector<std::string>& v41_regime_names();  // "f64", "bf16", "release"
 const char* v41_regime_name(V41Regime r);
 V41Regime v41_regime_from_name(std::string_view name);  // InputError naming the known ones
 
+// What the release leaves open (docs/v41.md §8.7), with the official code's behaviour as default.
+enum class V41TopkTies { torch, lowest_index };  // equal index scores: torch's CPU top-k | lower position first
+enum class V41IndexScores { bf16, fp32 };        // the index score's three bf16 roundings kept | none
+struct V41Options {
+  V41TopkTies topk_ties = V41TopkTies::torch;
+  V41IndexScores index_scores = V41IndexScores::bf16;
+};
+V41TopkTies v41_topk_ties_from_name(std::string_view name);        // "torch" | "lowest-index"; InputError
+V41IndexScores v41_index_scores_from_name(std::string_view name);  // "bf16" | "fp32"; InputError
+const char* v41_topk_ties_name(V41TopkTies t);
+const char* v41_index_scores_name(V41IndexScores s);
+
 // Negative controls (docs/v41.md §12.4): bugs the ports really had, planted on demand so that a test can
 // show the gate catching each at its layer. Never set outside those tests.
 enum class V41Fault {
@@ -115,6 +127,9 @@ class V41Model {
   const V41Config& config() const { return config_; }
   const V41Plan& plan() const { return plan_; }
   V41Regime regime() const { return regime_; }
+  // The switches of what the release leaves open, for every later forward.
+  void set_options(const V41Options& o) { options_ = o; }
+  const V41Options& options() const { return options_; }
   // Plants a negative control (V41Fault) in every later forward; none removes it.
   void set_fault(V41Fault f) { fault_ = f; }
   V41Fault fault() const { return fault_; }
@@ -151,6 +166,7 @@ class V41Model {
   V41Plan plan_;
   V41Regime regime_;
   V41Fault fault_ = V41Fault::none;
+  V41Options options_;
   std::vector<double> embed_, norm_, head_;
   std::vector<std::unique_ptr<V41LayerWeights>> layers_;
 };

@@ -159,7 +159,13 @@ struct LayerCtx {
   const RopeTable& rope;  // the layer's table, positions 0 .. N - 1
   int64_t N;
   V41Fault fault = V41Fault::none;  // a planted negative control (forward.hpp)
+  V41Options options = {};          // the switches of what the release leaves open (forward.hpp)
 };
+
+// The indices of the k largest values (unsorted order aside, as torch_topk): with torch ties, exactly
+// torch_topk; with lowest_index ties, the k largest with equal values taken lower index first, in
+// descending value order.
+std::vector<int64_t> select_topk(std::span<const double> values, int64_t k, bool as_fp32, V41TopkTies ties);
 
 // model.py Attention.forward on x [N, dim] (attn_norm's output, bf16); reads and publishes the shared
 // state; records what it publishes in cap. Returns [N, dim].

@@ -140,6 +140,8 @@ void write_v41_run_file(const std::filesystem::path& path, const V41RunFile& f) 
     h5::write_string_attr(file, "/", "config_name", f.config.name);
     h5::write_string_attr(file, "/", "regime", v41_regime_name(f.regime));
     h5::write_string_attr(file, "/", "weights_digest", f.weights_digest);
+    h5::write_string_attr(file, "/", "topk_ties", v41_topk_ties_name(f.options.topk_ties));
+    h5::write_string_attr(file, "/", "index_scores", v41_index_scores_name(f.options.index_scores));
     if (f.weight_seed) h5::write_uint_attr(file, "/", "weight_seed", *f.weight_seed);
     h5::create_group(file, "/provenance");
     for (const auto& [k, v] : f.provenance) h5::write_string_attr(file, "/provenance", k, v);
@@ -188,6 +190,10 @@ V41RunFile read_v41_run_file(const std::filesystem::path& path) {
     validate_v41(f.config);
     f.regime = v41_regime_from_name(h5::read_string_attr(file, "/", "regime"));
     f.weights_digest = h5::read_string_attr(file, "/", "weights_digest");
+    if (h5::has_attr(file, "/", "topk_ties"))
+      f.options.topk_ties = v41_topk_ties_from_name(h5::read_string_attr(file, "/", "topk_ties"));
+    if (h5::has_attr(file, "/", "index_scores"))
+      f.options.index_scores = v41_index_scores_from_name(h5::read_string_attr(file, "/", "index_scores"));
     if (h5::has_attr(file, "/", "weight_seed")) f.weight_seed = h5::read_uint_attr(file, "/", "weight_seed");
     if (h5::exists(file, "/provenance")) {
       for (const auto& k : h5::attr_names(file, "/provenance"))

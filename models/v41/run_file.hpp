@@ -21,6 +21,7 @@ struct V41RunFile {
   std::string generator;       // what wrote it ("ced run (ced-harness 0.x)", "DeepSeek inference/model.py ...")
   V41Config config;            // stored as the flat inference/config.json text
   V41Regime regime = V41Regime::release;
+  V41Options options;          // the switches it ran with (absent in a file: the official defaults)
   std::string weights_digest;  // v41_weights_digest of the checkpoint it ran
   std::optional<uint64_t> weight_seed;  // when the checkpoint is `ced export --weight-seed S`'s
   std::map<std::string, std::string> provenance;  // /provenance's attributes (versions, hashes, threads)
