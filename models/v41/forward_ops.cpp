@@ -1,6 +1,7 @@
 // docs/v41.md §8: linear, RMSNorm, RoPE/YaRN, the quantization points and torch's top-k.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <utility>
 
@@ -8,44 +9,222 @@
 
 namespace ced::v41::fwd {
 
+namespace {
+
+// The linear kernels. A lane of a 64-byte vector is one output column; a register block is kRows
+// rows. Each lane is its own accumulator, summed over K in K order with one rounding per operation
+// (the build neither fuses nor reassociates: -ffp-contract=off, no fast-math), so every output gets
+// exactly the roundings of the scalar loop `acc = acc + x[k]·w[k]`: only the order in which outputs
+// are computed changes, never an output's own order of operations.
+template <typename T>
+using Vec [[gnu::vector_size(64)]] = T;
+template <typename T>
+constexpr int64_t kLanes = 64 / sizeof(T);
+constexpr int64_t kRows = 4;    // rows per register block (x rows are padded to a multiple)
+constexpr int64_t kPanel = 16;  // rows per parallel work item: a weight column block is reused across them
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// y[r, o0 + lane] = Σ_k x[r, k] · wt[k, o0 + lane] for the kRows rows at x, in k order.
+template <typename T>
+[[gnu::always_inline]] inline void dot_block(const T* x, int64_t K, const T* wt, int64_t np, T* y) {
+  Vec<T> acc[kRows] = {};
+  for (int64_t k = 0; k < K; ++k) {
+    Vec<T> w;
+    std::memcpy(&w, wt + k * np, sizeof w);
+#pragma GCC unroll 4
+    for (int64_t r = 0; r < kRows; ++r) acc[r] = acc[r] + x[r * K + k] * w;
+  }
+  for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np, &acc[r], sizeof acc[r]);
+}
+
+// The release's block-scaled product for kRows rows: per 32-block b of K, part = Σ_block ac·wc (in
+// k order), then acc += (part · xs[r, b]) · ws[b, o], in b order.
+[[gnu::always_inline]] inline void block_scaled_block(const float* ac, const float* xs, int64_t K, const float* wc,
+                                                      const float* ws, int64_t np, float* y) {
+  const int64_t nb = K / kFp8Block;
+  Vec<float> acc[kRows] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    Vec<float> part[kRows] = {};
+    for (int64_t k = b * kFp8Block; k < (b + 1) * kFp8Block; ++k) {
+      Vec<float> w;
+      std::memcpy(&w, wc + k * np, sizeof w);
+#pragma GCC unroll 4
+      for (int64_t r = 0; r < kRows; ++r) part[r] = part[r] + ac[r * K + k] * w;
+    }
+    Vec<float> s;
+    std::memcpy(&s, ws + b * np, sizeof s);
+#pragma GCC unroll 4
+    for (int64_t r = 0; r < kRows; ++r) acc[r] = acc[r] + (part[r] * xs[r * nb + b]) * s;
+  }
+  for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np, &acc[r], sizeof acc[r]);
+}
+
+// One panel of rows [m0, m1) (a multiple of kRows) over every column block; compiled for AVX-512,
+// AVX2 and the baseline, chosen at load. (The OpenMP loop stays outside: its outlined body would
+// not be cloned.)
+template <typename T>
+[[gnu::always_inline]] inline void dot_panel(const T* x, int64_t m0, int64_t m1, int64_t K, const T* wt, int64_t np,
+                                             T* y) {
+  for (int64_t o = 0; o < np; o += kLanes<T>)
+    for (int64_t m = m0; m < m1; m += kRows) dot_block(x + m * K, K, wt + o, np, y + m * np + o);
+}
+[[gnu::target_clones("avx512f", "avx2", "default")]] void dot_panel_f32(const float* x, int64_t m0, int64_t m1,
+                                                                         int64_t K, const float* wt, int64_t np,
+                                                                         float* y) {
+  dot_panel(x, m0, m1, K, wt, np, y);
+}
+[[gnu::target_clones("avx512f", "avx2", "default")]] void dot_panel_f64(const double* x, int64_t m0, int64_t m1,
+                                                                         int64_t K, const double* wt, int64_t np,
+                                                                         double* y) {
+  dot_panel(x, m0, m1, K, wt, np, y);
+}
+[[gnu::target_clones("avx512f", "avx2", "default")]] void block_scaled_panel(const float* ac, const float* xs,
+                                                                              int64_t m0, int64_t m1, int64_t K,
+                                                                              const float* wc, const float* ws,
+                                                                              int64_t np, float* y) {
+  for (int64_t o = 0; o < np; o += kLanes<float>)
+    for (int64_t m = m0; m < m1; m += kRows)
+      block_scaled_block(ac + m * K, xs + m * (K / kFp8Block), K, wc + o, ws + o, np, y + m * np + o);
+}
+void dot_panel_t(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np, float* y) {
+  dot_panel_f32(x, m0, m1, K, wt, np, y);
+}
+void dot_panel_t(const double* x, int64_t m0, int64_t m1, int64_t K, const double* wt, int64_t np, double* y) {
+  dot_panel_f64(x, m0, m1, K, wt, np, y);
+}
+
+// Runs panel(m0, m1) over the padded rows Mp in panels of kPanel, one thread per panel (so each
+// output row belongs to one thread), in parallel past kParallelWork as before.
+template <typename Panel>
+void for_panels(int64_t Mp, int64_t work, Panel panel) {
+  const int64_t panels = (Mp + kPanel - 1) / kPanel;
+#pragma omp parallel for schedule(static) if (work > kParallelWork)
+  for (int64_t p = 0; p < panels; ++p) panel(p * kPanel, std::min(Mp, (p + 1) * kPanel));
+}
+
+// Rows [M, K] as T, padded with zero rows to a multiple of kRows (the padding rows are dropped).
+template <typename T>
+std::vector<T> padded_rows(std::span<const double> X, int64_t M, int64_t K) {
+  std::vector<T> x(static_cast<size_t>(round_up(M, kRows) * K), T(0));
+  std::copy_n(X.begin(), M * K, x.begin());
+  return x;
+}
+
+// W [Nout, K] as T, transposed to [K, np] (zero columns past Nout).
+template <typename T>
+std::vector<T> transposed(std::span<const double> W, int64_t Nout, int64_t K, int64_t np) {
+  std::vector<T> t(static_cast<size_t>(K * np), T(0));
+  for (int64_t o = 0; o < Nout; ++o)
+    for (int64_t k = 0; k < K; ++k) t[static_cast<size_t>(k * np + o)] = static_cast<T>(W[static_cast<size_t>(o * K + k)]);
+  return t;
+}
+
+V41Linear::Packed pack_plain(const Arith& a, std::span<const double> W, int64_t Nout, int64_t K) {
+  V41Linear::Packed p;
+  p.f64 = !a.emulate;
+  p.np = round_up(Nout, p.f64 ? kLanes<double> : kLanes<float>);
+  if (p.f64)
+    p.w64 = transposed<double>(W, Nout, K, p.np);
+  else
+    p.w32 = transposed<float>(W, Nout, K, p.np);
+  return p;
+}
+
+// The release regime's FP8/FP4 linear: each weight's code value w / ws (exact: w is the code times
+// a power of two, and the quotient is an FP8 or FP4 value, so fp32 holds it) and each (block, o)'s
+// scale, transposed.
+V41Linear::Packed pack_codes(const V41Linear& w) {
+  const int64_t K = w.in, N = w.out, nb = K / kFp8Block, tiles_in = (K + 31) / 32;
+  V41Linear::Packed p;
+  p.codes = true;
+  p.np = round_up(N, kLanes<float>);
+  p.w32.assign(static_cast<size_t>(K * p.np), 0.0f);
+  p.scale.assign(static_cast<size_t>(nb * p.np), 0.0f);
+  for (int64_t o = 0; o < N; ++o)
+    for (int64_t b = 0; b < nb; ++b) {
+      const double ws = w.kind == V41Linear::Kind::Fp8Tiles ? w.scale[static_cast<size_t>((o / 32) * tiles_in + b)]
+                                                            : w.scale[static_cast<size_t>(o * nb + b)];
+      p.scale[static_cast<size_t>(b * p.np + o)] = static_cast<float>(ws);  // a power of two: exact
+      for (int64_t k = b * kFp8Block; k < (b + 1) * kFp8Block; ++k)
+        p.w32[static_cast<size_t>(k * p.np + o)] = static_cast<float>(w.w[static_cast<size_t>(o * K + k)] / ws);
+    }
+  return p;
+}
+
+bool uses_codes(const Arith& a, const V41Linear& w) { return a.release && w.kind != V41Linear::Kind::Plain; }
+
+V41Linear::Packed pack_for(const Arith& a, const V41Linear& w) {
+  return uses_codes(a, w) ? pack_codes(w) : pack_plain(a, w.w, w.out, w.in);
+}
+
+bool packed_for(const Arith& a, const V41Linear& w) {
+  const V41Linear::Packed& p = w.packed;
+  return p.np > 0 && p.codes == uses_codes(a, w) && p.f64 == (!p.codes && !a.emulate);
+}
+
+// Y from the kernels' output y [Mp, np] (its padding dropped).
+template <typename T>
+void write_out(const Arith& a, const std::vector<T>& y, int64_t M, int64_t Nout, int64_t np, std::span<double> Y,
+               bool out_bf16) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t o = 0; o < Nout; ++o) {
+      const double v = y[static_cast<size_t>(m * np + o)];
+      Y[static_cast<size_t>(m * Nout + o)] = out_bf16 ? a.bf(v) : v;
+    }
+}
+
+template <typename T>
+void run_plain(const Arith& a, std::span<const double> X, int64_t M, int64_t K, const std::vector<T>& wt, int64_t Nout,
+               int64_t np, std::span<double> Y, bool out_bf16) {
+  const std::vector<T> x = padded_rows<T>(X, M, K);
+  const int64_t Mp = round_up(M, kRows);
+  std::vector<T> y(static_cast<size_t>(Mp * np));
+  for_panels(Mp, M * K * Nout, [&](int64_t m0, int64_t m1) { dot_panel_t(x.data(), m0, m1, K, wt.data(), np, y.data()); });
+  write_out(a, y, M, Nout, np, Y, out_bf16);
+}
+
+void run_packed(const Arith& a, std::span<const double> X, int64_t M, const V41Linear& w, const V41Linear::Packed& p,
+                std::span<double> Y, bool out_bf16) {
+  if (p.f64) return run_plain(a, X, M, w.in, p.w64, w.out, p.np, Y, out_bf16);
+  if (!p.codes) return run_plain(a, X, M, w.in, p.w32, w.out, p.np, Y, out_bf16);
+  // act_quant per 32, then the codes' values and the scales per row, decoded once.
+  const int64_t K = w.in, nb = K / kFp8Block, Mp = round_up(M, kRows);
+  std::vector<float> xf(X.begin(), X.end()), xs(static_cast<size_t>(Mp * nb), 0.0f);
+  std::vector<uint8_t> codes(xf.size());
+  act_quant(xf, K, codes, std::span<float>(xs).first(static_cast<size_t>(M * nb)));
+  std::vector<float> ac(static_cast<size_t>(Mp * K), 0.0f), y(static_cast<size_t>(Mp * p.np));
+  for (size_t i = 0; i < codes.size(); ++i) ac[i] = f32_from_e4m3(codes[i]);
+  for_panels(Mp, M * K * w.out, [&](int64_t m0, int64_t m1) {
+    block_scaled_panel(ac.data(), xs.data(), m0, m1, K, p.w32.data(), p.scale.data(), p.np, y.data());
+  });
+  write_out(a, y, M, w.out, p.np, Y, out_bf16);
+}
+
+}  // namespace
+
 void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std::span<const double> W,
             int64_t Nout, std::span<double> Y, bool out_bf16) {
-#pragma omp parallel for schedule(static) if (M * K * Nout > kParallelWork)
-  for (int64_t m = 0; m < M; ++m) {
-    const double* x = X.data() + m * K;
-    for (int64_t o = 0; o < Nout; ++o) {
-      const double* w = W.data() + o * K;
-      double acc = 0.0;
-      for (int64_t k = 0; k < K; ++k) acc = a.add(acc, a.mul(x[k], w[k]));
-      Y[static_cast<size_t>(m * Nout + o)] = out_bf16 ? a.bf(acc) : acc;
-    }
-  }
+  V41Linear w;
+  w.out = Nout;
+  w.in = K;
+  run_packed(a, X, M, w, pack_plain(a, W, Nout, K), Y, out_bf16);
 }
 
 void linear_w(const Arith& a, std::span<const double> X, int64_t M, const V41Linear& w, std::span<double> Y,
               bool out_bf16) {
-  if (!a.release || w.kind == V41Linear::Kind::Plain) return linear(a, X, M, w.in, w.w, w.out, Y, out_bf16);
-  const int64_t K = w.in, N = w.out, nb = K / kFp8Block, tiles_in = (K + 31) / 32;
-  std::vector<float> xf(X.begin(), X.end()), xs(static_cast<size_t>(M * nb));
-  std::vector<uint8_t> codes(xf.size());
-  act_quant(xf, K, codes, xs);
-#pragma omp parallel for schedule(static) if (M * K * N > kParallelWork)
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t o = 0; o < N; ++o) {
-      double acc = 0.0;
-      for (int64_t b = 0; b < nb; ++b) {
-        const double ws = w.kind == V41Linear::Kind::Fp8Tiles ? w.scale[static_cast<size_t>((o / 32) * tiles_in + b)]
-                                                              : w.scale[static_cast<size_t>(o * nb + b)];
-        double part = 0.0;
-        for (int64_t k = b * kFp8Block; k < (b + 1) * kFp8Block; ++k) {
-          const double ac = f32_from_e4m3(codes[static_cast<size_t>(m * K + k)]);
-          const double wc = w.w[static_cast<size_t>(o * K + k)] / ws;  // the code's value: exact
-          part = a.add(part, a.mul(ac, wc));
-        }
-        acc = a.add(acc, a.mul(a.mul(part, xs[static_cast<size_t>(m * nb + b)]), ws));
-      }
-      Y[static_cast<size_t>(m * N + o)] = out_bf16 ? a.bf(acc) : acc;
-    }
+  if (packed_for(a, w)) return run_packed(a, X, M, w, w.packed, Y, out_bf16);
+  run_packed(a, X, M, w, pack_for(a, w), Y, out_bf16);
+}
+
+void pack_linear(const Arith& a, V41Linear& w) { w.packed = pack_for(a, w); }
+
+void pack_layer_linears(const Arith& a, V41LayerWeights& w) {
+  for (V41Linear* l : {&w.wq_a, &w.wq_b, &w.wkv, &w.wo_b, &w.compressor_wkv, &w.compressor_wgate, &w.indexer_wq_b,
+                       &w.indexer_weights_proj, &w.indexer_wk, &w.engram_wkv, &w.shared.w1, &w.shared.w2, &w.shared.w3})
+    pack_linear(a, *l);
+  for (V41ExpertWeights& e : w.experts)
+    for (V41Linear* l : {&e.w1, &e.w2, &e.w3}) pack_linear(a, *l);
 }
 
 void rmsnorm(const Arith& a, std::span<double> x, int64_t n, std::span<const double> w, double eps) {
