@@ -6,20 +6,13 @@
 #include <utility>
 
 #include "models/v41/forward_ops.hpp"
+#include "models/v41/lanes.hpp"
 
 namespace ced::v41::fwd {
 
 namespace {
 
-// The linear kernels. A lane of a 64-byte vector is one output column; a register block is kRows
-// rows. Each lane is its own accumulator, summed over K in K order with one rounding per operation
-// (the build neither fuses nor reassociates: -ffp-contract=off, no fast-math), so every output gets
-// exactly the roundings of the scalar loop `acc = acc + x[k]·w[k]`: only the order in which outputs
-// are computed changes, never an output's own order of operations.
-template <typename T>
-using Vec [[gnu::vector_size(64)]] = T;
-template <typename T>
-constexpr int64_t kLanes = 64 / sizeof(T);
+// The linear kernels (lanes.hpp): a lane is one output column, a register block kRows rows.
 constexpr int64_t kRows = 4;    // rows per register block (x rows are padded to a multiple)
 constexpr int64_t kPanel = 16;  // rows per parallel work item: a weight column block is reused across them
 
