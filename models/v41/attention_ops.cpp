@@ -63,6 +63,24 @@ template <typename T>
   }
 }
 
+// kt[c, j] = kvt[c, ix[j]] for the block's n keys (ix: row indices, a valid row in place of none).
+template <typename T>
+[[gnu::always_inline]] inline void gather_block(const T* kvt, int64_t rows, const int32_t* ix, int64_t n, int64_t d,
+                                                T* kt) {
+  for (int64_t c = 0; c < d; ++c)
+    for (int64_t j = 0; j < n; ++j) kt[c * kAttnBlock + j] = kvt[c * rows + ix[j]];
+}
+
+[[gnu::target_clones("avx512f", "avx2", "default")]] void gather_block_t(const float* kvt, int64_t rows,
+                                                                          const int32_t* ix, int64_t n, int64_t d,
+                                                                          float* kt) {
+  gather_block(kvt, rows, ix, n, d, kt);
+}
+[[gnu::target_clones("avx512f", "avx2", "default")]] void gather_block_t(const double* kvt, int64_t rows,
+                                                                          const int32_t* ix, int64_t n, int64_t d,
+                                                                          double* kt) {
+  gather_block(kvt, rows, ix, n, d, kt);
+}
 [[gnu::target_clones("avx512f", "avx2", "default")]] void block_scores_t(const float* q, const float* kt, int64_t d,
                                                                           float* dot) {
   block_scores(q, kt, d, dot);
@@ -82,8 +100,10 @@ template <typename T>
 }
 
 // sparse_attn in T (fp32 under bf16, double under f64). The heads of a query walk its index list
-// together, block by block, so that a block's keys are gathered (transposed) once for all heads;
-// each head keeps its own running max, sum and accumulator, updated in block order as before.
+// together, block by block, so that a block's keys are gathered (from kv transposed) once for all
+// heads; each head keeps its own running max, sum and accumulator, updated in block order as
+// before. A score lane of no key (index -1, or past the list's end) is computed on whatever the
+// lane holds and never read.
 template <typename T>
 void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_t H, int64_t d,
                     std::span<const double> kv, std::span<const double> sink, std::span<const int32_t> idxs,
@@ -91,21 +111,22 @@ void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_
   const double scale = a.c(softmax_scale), ninf = -std::numeric_limits<double>::infinity();
   const int64_t dp = (d + kLanes<T> - 1) / kLanes<T> * kLanes<T>;  // rows padded with zero channels
   const int64_t rows = static_cast<int64_t>(kv.size()) / d;
-  std::vector<T> kvt(static_cast<size_t>(rows * dp), T(0));
-  for (int64_t r = 0; r < rows; ++r) std::copy_n(kv.begin() + r * d, d, kvt.begin() + r * dp);
+  std::vector<T> kvr(static_cast<size_t>(rows * dp), T(0)), kvt(static_cast<size_t>(d * rows));  // [rows, dp], [d, rows]
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(kv.begin() + r * d, d, kvr.begin() + r * dp);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < d; ++c) kvt[static_cast<size_t>(c * rows + r)] = static_cast<T>(kv[static_cast<size_t>(r * d + c)]);
 #pragma omp parallel for schedule(static) if (N * H * k * d > kParallelWork)
   for (int64_t t = 0; t < N; ++t) {
     std::vector<T> qt(q.begin() + t * H * d, q.begin() + (t + 1) * H * d), kt(static_cast<size_t>(d * kAttnBlock));
     std::vector<T> acc(static_cast<size_t>(H * dp), T(0)), dot(kAttnBlock), pb(kAttnBlock);
     std::vector<double> mx(static_cast<size_t>(H), a.c(-1e30)), sum(static_cast<size_t>(H), 0.0), s(kAttnBlock);
     std::vector<const T*> live(kAttnBlock);  // the rows of the block's valid keys, in j order
+    std::vector<int32_t> rix(kAttnBlock);
     for (int64_t b = 0; b < k; b += kAttnBlock) {
       const int64_t nb = std::min(kAttnBlock, k - b);
       const int32_t* ix = idxs.data() + t * k + b;
-      std::fill(kt.begin(), kt.end(), T(0));
-      for (int64_t j = 0; j < nb; ++j)
-        if (ix[j] >= 0)
-          for (int64_t c = 0; c < d; ++c) kt[static_cast<size_t>(c * kAttnBlock + j)] = kvt[static_cast<size_t>(ix[j] * dp + c)];
+      for (int64_t j = 0; j < nb; ++j) rix[static_cast<size_t>(j)] = std::max(ix[j], 0);
+      if (rows > 0) gather_block_t(kvt.data(), rows, rix.data(), nb, d, kt.data());
       for (int64_t h = 0; h < H; ++h) {
         block_scores_t(qt.data() + h * d, kt.data(), d, dot.data());
         double bmax = ninf;
@@ -124,7 +145,7 @@ void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_
           psum = a.add(psum, s[static_cast<size_t>(j)]);
           if (ix[j] < 0) continue;  // a zeroed row: p · 0 adds nothing
           pb[static_cast<size_t>(n)] = static_cast<T>(a.bf(s[static_cast<size_t>(j)]));
-          live[static_cast<size_t>(n++)] = kvt.data() + ix[j] * dp;
+          live[static_cast<size_t>(n++)] = kvr.data() + ix[j] * dp;
         }
         sum[static_cast<size_t>(h)] = a.add(a.mul(sum[static_cast<size_t>(h)], rescale), psum);
         block_pv_t(pb.data(), live.data(), n, dp, static_cast<T>(rescale), acc.data() + h * dp);
