@@ -5,6 +5,8 @@
 #include <numbers>
 #include <utility>
 
+#include <omp.h>
+
 #include "models/v41/forward_ops.hpp"
 #include "models/v41/lanes.hpp"
 
@@ -14,17 +16,18 @@ namespace {
 
 // The linear kernels (lanes.hpp): a lane is one output column, a register block kRows rows.
 constexpr int64_t kRows = 4;    // rows per register block (x rows are padded to a multiple)
-constexpr int64_t kPanel = 16;  // rows per parallel work item: a weight column block is reused across them
+constexpr int64_t kPanel = 64;  // rows per parallel work item at most: a weight column block is reused across them
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-// y[r, o0 + lane] = Σ_k x[r, k] · wt[k, o0 + lane] for the kRows rows at x, in k order.
+// y[r, lane] = Σ_k x[r, k] · wt[k, lane] for the kRows rows at x and one column block wt [K, lanes]
+// (y rows np apart), in k order.
 template <typename T>
 [[gnu::always_inline]] inline void dot_block(const T* x, int64_t K, const T* wt, int64_t np, T* y) {
   Vec<T> acc[kRows] = {};
   for (int64_t k = 0; k < K; ++k) {
     Vec<T> w;
-    std::memcpy(&w, wt + k * np, sizeof w);
+    std::memcpy(&w, wt + k * kLanes<T>, sizeof w);
 #pragma GCC unroll 4
     for (int64_t r = 0; r < kRows; ++r) acc[r] = acc[r] + x[r * K + k] * w;
   }
@@ -32,7 +35,8 @@ template <typename T>
 }
 
 // The release's block-scaled product for kRows rows: per 32-block b of K, part = Σ_block ac·wc (in
-// k order), then acc += (part · xs[r, b]) · ws[b, o], in b order.
+// k order), then acc += (part · xs[r, b]) · ws[b, lane], in b order; wc [K, lanes] and ws [K / 32,
+// lanes] one column block, y rows np apart.
 [[gnu::always_inline]] inline void block_scaled_block(const float* ac, const float* xs, int64_t K, const float* wc,
                                                       const float* ws, int64_t np, float* y) {
   const int64_t nb = K / kFp8Block;
@@ -41,12 +45,12 @@ template <typename T>
     Vec<float> part[kRows] = {};
     for (int64_t k = b * kFp8Block; k < (b + 1) * kFp8Block; ++k) {
       Vec<float> w;
-      std::memcpy(&w, wc + k * np, sizeof w);
+      std::memcpy(&w, wc + k * kLanes<float>, sizeof w);
 #pragma GCC unroll 4
       for (int64_t r = 0; r < kRows; ++r) part[r] = part[r] + ac[r * K + k] * w;
     }
     Vec<float> s;
-    std::memcpy(&s, ws + b * np, sizeof s);
+    std::memcpy(&s, ws + b * kLanes<float>, sizeof s);
 #pragma GCC unroll 4
     for (int64_t r = 0; r < kRows; ++r) acc[r] = acc[r] + (part[r] * xs[r * nb + b]) * s;
   }
@@ -60,7 +64,7 @@ template <typename T>
 [[gnu::always_inline]] inline void dot_panel(const T* x, int64_t m0, int64_t m1, int64_t K, const T* wt, int64_t np,
                                              T* y) {
   for (int64_t o = 0; o < np; o += kLanes<T>)
-    for (int64_t m = m0; m < m1; m += kRows) dot_block(x + m * K, K, wt + o, np, y + m * np + o);
+    for (int64_t m = m0; m < m1; m += kRows) dot_block(x + m * K, K, wt + o * K, np, y + m * np + o);
 }
 [[gnu::target_clones("avx512f", "avx2", "default")]] void dot_panel_f32(const float* x, int64_t m0, int64_t m1,
                                                                          int64_t K, const float* wt, int64_t np,
@@ -78,7 +82,8 @@ template <typename T>
                                                                               int64_t np, float* y) {
   for (int64_t o = 0; o < np; o += kLanes<float>)
     for (int64_t m = m0; m < m1; m += kRows)
-      block_scaled_block(ac + m * K, xs + m * (K / kFp8Block), K, wc + o, ws + o, np, y + m * np + o);
+      block_scaled_block(ac + m * K, xs + m * (K / kFp8Block), K, wc + o * K, ws + o * (K / kFp8Block), np,
+                         y + m * np + o);
 }
 void dot_panel_t(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np, float* y) {
   dot_panel_f32(x, m0, m1, K, wt, np, y);
@@ -87,13 +92,16 @@ void dot_panel_t(const double* x, int64_t m0, int64_t m1, int64_t K, const doubl
   dot_panel_f64(x, m0, m1, K, wt, np, y);
 }
 
-// Runs panel(m0, m1) over the padded rows Mp in panels of kPanel, one thread per panel (so each
-// output row belongs to one thread), in parallel past kParallelWork as before.
+// Runs panel(m0, m1) over the padded rows Mp in panels of at most kPanel rows (fewer when that
+// leaves a thread idle), one thread per panel, in parallel past kParallelWork as before. The panel
+// size changes only which rows share a pass over the weights, never an output's value.
 template <typename Panel>
 void for_panels(int64_t Mp, int64_t work, Panel panel) {
-  const int64_t panels = (Mp + kPanel - 1) / kPanel;
+  const int64_t threads = work > kParallelWork ? omp_get_max_threads() : 1;
+  const int64_t size = std::min(kPanel, round_up((Mp + threads - 1) / threads, kRows));
+  const int64_t panels = (Mp + size - 1) / size;
 #pragma omp parallel for schedule(static) if (work > kParallelWork)
-  for (int64_t p = 0; p < panels; ++p) panel(p * kPanel, std::min(Mp, (p + 1) * kPanel));
+  for (int64_t p = 0; p < panels; ++p) panel(p * size, std::min(Mp, (p + 1) * size));
 }
 
 // Rows [M, K] as T, padded with zero rows to a multiple of kRows (the padding rows are dropped).
@@ -104,12 +112,20 @@ std::vector<T> padded_rows(std::span<const double> X, int64_t M, int64_t K) {
   return x;
 }
 
-// W [Nout, K] as T, transposed to [K, np] (zero columns past Nout).
+// Where (k, o) of a [K, np] matrix lies in the packed layout: column blocks of a vector's lanes,
+// each [K, lanes] contiguous, so that a kernel reads its block's weights in one stream.
+template <typename T>
+size_t packed_at(int64_t k, int64_t o, int64_t K) {
+  const int64_t lane = o % kLanes<T>;
+  return static_cast<size_t>((o - lane) * K + k * kLanes<T> + lane);
+}
+
+// W [Nout, K] as T, transposed and packed (zero columns past Nout).
 template <typename T>
 std::vector<T> transposed(std::span<const double> W, int64_t Nout, int64_t K, int64_t np) {
   std::vector<T> t(static_cast<size_t>(K * np), T(0));
   for (int64_t o = 0; o < Nout; ++o)
-    for (int64_t k = 0; k < K; ++k) t[static_cast<size_t>(k * np + o)] = static_cast<T>(W[static_cast<size_t>(o * K + k)]);
+    for (int64_t k = 0; k < K; ++k) t[packed_at<T>(k, o, K)] = static_cast<T>(W[static_cast<size_t>(o * K + k)]);
   return t;
 }
 
@@ -138,9 +154,9 @@ V41Linear::Packed pack_codes(const V41Linear& w) {
     for (int64_t b = 0; b < nb; ++b) {
       const double ws = w.kind == V41Linear::Kind::Fp8Tiles ? w.scale[static_cast<size_t>((o / 32) * tiles_in + b)]
                                                             : w.scale[static_cast<size_t>(o * nb + b)];
-      p.scale[static_cast<size_t>(b * p.np + o)] = static_cast<float>(ws);  // a power of two: exact
+      p.scale[packed_at<float>(b, o, nb)] = static_cast<float>(ws);  // a power of two: exact
       for (int64_t k = b * kFp8Block; k < (b + 1) * kFp8Block; ++k)
-        p.w32[static_cast<size_t>(k * p.np + o)] = static_cast<float>(w.w[static_cast<size_t>(o * K + k)] / ws);
+        p.w32[packed_at<float>(k, o, K)] = static_cast<float>(w.w[static_cast<size_t>(o * K + k)] / ws);
     }
   return p;
 }

@@ -21,8 +21,9 @@ struct V41Linear {
   std::vector<double> scale;  // the e8m0 scales' values
   // The same values in the forward's kernel layout (fwd::pack_linear, once per model), transposed
   // to [in, np] with np = out rounded up to the kernels' vector, so that their lanes run over
-  // outputs: fp32 weights (bf16 regime, or release on a Plain linear), double weights (f64), or
-  // (release on FP8/FP4) the codes' values with the scale of each (32-block of K, output).
+  // outputs, and stored as contiguous [in, lanes] column blocks: fp32 weights (bf16 regime, or
+  // release on a Plain linear), double weights (f64), or (release on FP8/FP4) the codes' values
+  // with the scale of each (32-block of K, output).
   struct Packed {
     int64_t np = 0;
     bool f64 = false, codes = false;
