@@ -44,22 +44,28 @@ template <typename T>
   std::memcpy(dot, acc, sizeof acc);
 }
 
-// acc[c] = acc[c] · rescale + Σ_j p[j] · rows[j][c] over the n rows, in j order (d a multiple of the
-// lanes: the caller pads).
+// acc[c] = acc[c] · rescale + Σ_j p[j] · rows[j][c] over the n rows, in j order. kPvVecs vectors
+// of channels at a time, so that as many sums are in flight (d a multiple: the caller pads).
+constexpr int64_t kPvVecs = 4;
 template <typename T>
 [[gnu::always_inline]] inline void block_pv(const T* p, const T* const* rows, int64_t n, int64_t d, T rescale,
                                             T* acc) {
-  for (int64_t c = 0; c < d; c += kLanes<T>) {
-    Vec<T> pv = {};
-    for (int64_t j = 0; j < n; ++j) {
-      Vec<T> v;
-      std::memcpy(&v, rows[j] + c, sizeof v);
-      pv = pv + p[j] * v;
+  for (int64_t c = 0; c < d; c += kPvVecs * kLanes<T>) {
+    Vec<T> pv[kPvVecs] = {};
+    for (int64_t j = 0; j < n; ++j)
+#pragma GCC unroll 4
+      for (int64_t v = 0; v < kPvVecs; ++v) {
+        Vec<T> x;
+        std::memcpy(&x, rows[j] + c + v * kLanes<T>, sizeof x);
+        pv[v] = pv[v] + p[j] * x;
+      }
+#pragma GCC unroll 4
+    for (int64_t v = 0; v < kPvVecs; ++v) {
+      Vec<T> a;
+      std::memcpy(&a, acc + c + v * kLanes<T>, sizeof a);
+      a = a * rescale + pv[v];
+      std::memcpy(acc + c + v * kLanes<T>, &a, sizeof a);
     }
-    Vec<T> a;
-    std::memcpy(&a, acc + c, sizeof a);
-    a = a * rescale + pv;
-    std::memcpy(acc + c, &a, sizeof a);
   }
 }
 
@@ -99,6 +105,25 @@ template <typename T>
   block_pv(p, rows, n, d, rescale, acc);
 }
 
+// kt[c, j] = kvt[c, ix[j]] for a block's n keys (rows > 0). A window's block is consecutive rows, so
+// each channel's keys are one copy; other lists are gathered, with row 0 in place of none.
+template <typename T>
+void gather_keys(const std::vector<T>& kvt, int64_t rows, const int32_t* ix, int64_t n, int64_t d,
+                 std::vector<int32_t>& rix, std::vector<T>& kt) {
+  int64_t first = 0;
+  while (first < n && ix[first] < 0) ++first;
+  const int64_t base = first < n ? ix[first] - first : -1;
+  bool consecutive = base >= 0 && base + n <= rows;
+  for (int64_t j = first; j < n && consecutive; ++j) consecutive = ix[j] < 0 || ix[j] == base + j;
+  if (consecutive) {
+    for (int64_t c = 0; c < d; ++c)
+      std::copy_n(kvt.begin() + c * rows + base, n, kt.begin() + c * kAttnBlock);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) rix[static_cast<size_t>(j)] = std::max(ix[j], 0);
+  gather_block_t(kvt.data(), rows, rix.data(), n, d, kt.data());
+}
+
 // sparse_attn in T (fp32 under bf16, double under f64). The heads of a query walk its index list
 // together, block by block, so that a block's keys are gathered (from kv transposed) once for all
 // heads; each head keeps its own running max, sum and accumulator, updated in block order as
@@ -109,7 +134,7 @@ void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_
                     std::span<const double> kv, std::span<const double> sink, std::span<const int32_t> idxs,
                     int64_t k, double softmax_scale, std::span<double> out) {
   const double scale = a.c(softmax_scale), ninf = -std::numeric_limits<double>::infinity();
-  const int64_t dp = (d + kLanes<T> - 1) / kLanes<T> * kLanes<T>;  // rows padded with zero channels
+  const int64_t dp = (d + kPvVecs * kLanes<T> - 1) / (kPvVecs * kLanes<T>) * (kPvVecs * kLanes<T>);  // zero channels past d
   const int64_t rows = static_cast<int64_t>(kv.size()) / d;
   std::vector<T> kvr(static_cast<size_t>(rows * dp), T(0)), kvt(static_cast<size_t>(d * rows));  // [rows, dp], [d, rows]
   for (int64_t r = 0; r < rows; ++r) std::copy_n(kv.begin() + r * d, d, kvr.begin() + r * dp);
@@ -125,8 +150,7 @@ void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_
     for (int64_t b = 0; b < k; b += kAttnBlock) {
       const int64_t nb = std::min(kAttnBlock, k - b);
       const int32_t* ix = idxs.data() + t * k + b;
-      for (int64_t j = 0; j < nb; ++j) rix[static_cast<size_t>(j)] = std::max(ix[j], 0);
-      if (rows > 0) gather_block_t(kvt.data(), rows, rix.data(), nb, d, kt.data());
+      if (rows > 0) gather_keys(kvt, rows, ix, nb, d, rix, kt);
       for (int64_t h = 0; h < H; ++h) {
         block_scores_t(qt.data() + h * d, kt.data(), d, dot.data());
         double bmax = ninf;
