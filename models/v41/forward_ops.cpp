@@ -1,5 +1,6 @@
 // docs/v41.md §8: linear, RMSNorm, RoPE/YaRN, the quantization points and torch's top-k.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -34,27 +35,36 @@ template <typename T>
   for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np, &acc[r], sizeof acc[r]);
 }
 
-// The release's block-scaled product for kRows rows: per 32-block b of K, part = Σ_block ac·wc (in
-// k order), then acc += (part · xs[r, b]) · ws[b, lane], in b order; wc [K, lanes] and ws [K / 32,
-// lanes] one column block, y rows np apart.
+// The release's block-scaled product for kRows rows and Cols adjacent column blocks (Cols · kRows
+// sums in flight): per 32-block b of K, part = Σ_block ac·wc (in k order), then acc += (part ·
+// xs[r, b]) · ws[b, lane], in b order; wc [K, lanes] and ws [K / 32, lanes] per column block, the
+// blocks K·lanes and K / 32·lanes apart; y rows np apart.
+template <int64_t Cols>
 [[gnu::always_inline]] inline void block_scaled_block(const float* ac, const float* xs, int64_t K, const float* wc,
                                                       const float* ws, int64_t np, float* y) {
+  constexpr int64_t L = kLanes<float>;
   const int64_t nb = K / kFp8Block;
-  Vec<float> acc[kRows] = {};
+  Vec<float> acc[Cols][kRows] = {};
   for (int64_t b = 0; b < nb; ++b) {
-    Vec<float> part[kRows] = {};
-    for (int64_t k = b * kFp8Block; k < (b + 1) * kFp8Block; ++k) {
-      Vec<float> w;
-      std::memcpy(&w, wc + k * kLanes<float>, sizeof w);
+    Vec<float> part[Cols][kRows] = {};
+    for (int64_t k = b * kFp8Block; k < (b + 1) * kFp8Block; ++k)
+#pragma GCC unroll 2
+      for (int64_t j = 0; j < Cols; ++j) {
+        Vec<float> w;
+        std::memcpy(&w, wc + j * K * L + k * L, sizeof w);
 #pragma GCC unroll 4
-      for (int64_t r = 0; r < kRows; ++r) part[r] = part[r] + ac[r * K + k] * w;
+        for (int64_t r = 0; r < kRows; ++r) part[j][r] = part[j][r] + ac[r * K + k] * w;
+      }
+#pragma GCC unroll 2
+    for (int64_t j = 0; j < Cols; ++j) {
+      Vec<float> s;
+      std::memcpy(&s, ws + j * nb * L + b * L, sizeof s);
+#pragma GCC unroll 4
+      for (int64_t r = 0; r < kRows; ++r) acc[j][r] = acc[j][r] + (part[j][r] * xs[r * nb + b]) * s;
     }
-    Vec<float> s;
-    std::memcpy(&s, ws + b * kLanes<float>, sizeof s);
-#pragma GCC unroll 4
-    for (int64_t r = 0; r < kRows; ++r) acc[r] = acc[r] + (part[r] * xs[r * nb + b]) * s;
   }
-  for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np, &acc[r], sizeof acc[r]);
+  for (int64_t j = 0; j < Cols; ++j)
+    for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np + j * L, &acc[j][r], sizeof acc[j][r]);
 }
 
 // One panel of rows [m0, m1) (a multiple of kRows) over every column block; compiled for AVX-512,
@@ -80,10 +90,16 @@ template <typename T>
                                                                               int64_t m0, int64_t m1, int64_t K,
                                                                               const float* wc, const float* ws,
                                                                               int64_t np, float* y) {
-  for (int64_t o = 0; o < np; o += kLanes<float>)
-    for (int64_t m = m0; m < m1; m += kRows)
-      block_scaled_block(ac + m * K, xs + m * (K / kFp8Block), K, wc + o * K, ws + o * (K / kFp8Block), np,
-                         y + m * np + o);
+  constexpr int64_t L = kLanes<float>;
+  const int64_t nb = K / kFp8Block;
+  for (int64_t o = 0; o < np; o += 2 * L)
+    for (int64_t m = m0; m < m1; m += kRows) {
+      const float *a = ac + m * K, *s = xs + m * nb, *w = wc + o * K, *v = ws + o * nb;
+      if (o + L < np)  // two column blocks left
+        block_scaled_block<2>(a, s, K, w, v, np, y + m * np + o);
+      else
+        block_scaled_block<1>(a, s, K, w, v, np, y + m * np + o);
+    }
 }
 void dot_panel_t(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np, float* y) {
   dot_panel_f32(x, m0, m1, K, wt, np, y);
@@ -161,6 +177,16 @@ V41Linear::Packed pack_codes(const V41Linear& w) {
   return p;
 }
 
+// The values of the 256 e4m3 codes, from f32_from_e4m3 itself (a lookup copies its bits).
+const std::array<float, 256>& e4m3_values() {
+  static const std::array<float, 256> v = [] {
+    std::array<float, 256> t{};
+    for (size_t c = 0; c < t.size(); ++c) t[c] = f32_from_e4m3(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return v;
+}
+
 bool uses_codes(const Arith& a, const V41Linear& w) { return a.release && w.kind != V41Linear::Kind::Plain; }
 
 V41Linear::Packed pack_for(const Arith& a, const V41Linear& w) {
@@ -203,7 +229,8 @@ void run_packed(const Arith& a, std::span<const double> X, int64_t M, const V41L
   std::vector<uint8_t> codes(xf.size());
   act_quant(xf, K, codes, std::span<float>(xs).first(static_cast<size_t>(M * nb)));
   std::vector<float> ac(static_cast<size_t>(Mp * K), 0.0f), y(static_cast<size_t>(Mp * p.np));
-  for (size_t i = 0; i < codes.size(); ++i) ac[i] = f32_from_e4m3(codes[i]);
+  const std::array<float, 256>& e4m3 = e4m3_values();
+  for (size_t i = 0; i < codes.size(); ++i) ac[i] = e4m3[codes[i]];
   for_panels(Mp, M * K * w.out, [&](int64_t m0, int64_t m1) {
     block_scaled_panel(ac.data(), xs.data(), m0, m1, K, p.w32.data(), p.scale.data(), p.np, y.data());
   });
