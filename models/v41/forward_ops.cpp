@@ -109,7 +109,7 @@ void dot_panel_t(const double* x, int64_t m0, int64_t m1, int64_t K, const doubl
 }
 
 // Runs panel(m0, m1) over the padded rows Mp in panels of at most kPanel rows (fewer when that
-// leaves a thread idle), one thread per panel, in parallel past kParallelWork as before. The panel
+// leaves a thread idle), one thread per panel, in parallel past kParallelWork. The panel
 // size changes only which rows share a pass over the weights, never an output's value.
 template <typename Panel>
 void for_panels(int64_t Mp, int64_t work, Panel panel) {
@@ -219,38 +219,36 @@ void run_plain(const Arith& a, std::span<const double> X, int64_t M, int64_t K, 
   write_out(a, y, M, Nout, np, Y, out_bf16);
 }
 
-void run_packed(const Arith& a, std::span<const double> X, int64_t M, const V41Linear& w, const V41Linear::Packed& p,
-                std::span<double> Y, bool out_bf16) {
-  if (p.f64) return run_plain(a, X, M, w.in, p.w64, w.out, p.np, Y, out_bf16);
-  if (!p.codes) return run_plain(a, X, M, w.in, p.w32, w.out, p.np, Y, out_bf16);
+// Y [M, Nout] = X [M, K] through a packed linear.
+void run_packed(const Arith& a, std::span<const double> X, int64_t M, int64_t K, int64_t Nout,
+                const V41Linear::Packed& p, std::span<double> Y, bool out_bf16) {
+  if (p.f64) return run_plain(a, X, M, K, p.w64, Nout, p.np, Y, out_bf16);
+  if (!p.codes) return run_plain(a, X, M, K, p.w32, Nout, p.np, Y, out_bf16);
   // act_quant per 32, then the codes' values and the scales per row, decoded once.
-  const int64_t K = w.in, nb = K / kFp8Block, Mp = round_up(M, kRows);
+  const int64_t nb = K / kFp8Block, Mp = round_up(M, kRows);
   std::vector<float> xf(X.begin(), X.end()), xs(static_cast<size_t>(Mp * nb), 0.0f);
   std::vector<uint8_t> codes(xf.size());
   act_quant(xf, K, codes, std::span<float>(xs).first(static_cast<size_t>(M * nb)));
   std::vector<float> ac(static_cast<size_t>(Mp * K), 0.0f), y(static_cast<size_t>(Mp * p.np));
   const std::array<float, 256>& e4m3 = e4m3_values();
   for (size_t i = 0; i < codes.size(); ++i) ac[i] = e4m3[codes[i]];
-  for_panels(Mp, M * K * w.out, [&](int64_t m0, int64_t m1) {
+  for_panels(Mp, M * K * Nout, [&](int64_t m0, int64_t m1) {
     block_scaled_panel(ac.data(), xs.data(), m0, m1, K, p.w32.data(), p.scale.data(), p.np, y.data());
   });
-  write_out(a, y, M, w.out, p.np, Y, out_bf16);
+  write_out(a, y, M, Nout, p.np, Y, out_bf16);
 }
 
 }  // namespace
 
 void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std::span<const double> W,
             int64_t Nout, std::span<double> Y, bool out_bf16) {
-  V41Linear w;
-  w.out = Nout;
-  w.in = K;
-  run_packed(a, X, M, w, pack_plain(a, W, Nout, K), Y, out_bf16);
+  run_packed(a, X, M, K, Nout, pack_plain(a, W, Nout, K), Y, out_bf16);
 }
 
 void linear_w(const Arith& a, std::span<const double> X, int64_t M, const V41Linear& w, std::span<double> Y,
               bool out_bf16) {
-  if (packed_for(a, w)) return run_packed(a, X, M, w, w.packed, Y, out_bf16);
-  run_packed(a, X, M, w, pack_for(a, w), Y, out_bf16);
+  if (packed_for(a, w)) return run_packed(a, X, M, w.in, w.out, w.packed, Y, out_bf16);
+  run_packed(a, X, M, w.in, w.out, pack_for(a, w), Y, out_bf16);
 }
 
 void pack_linear(const Arith& a, V41Linear& w) { w.packed = pack_for(a, w); }
