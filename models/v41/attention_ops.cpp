@@ -77,31 +77,23 @@ template <typename T>
     for (int64_t j = 0; j < n; ++j) kt[c * kAttnBlock + j] = kvt[c * rows + ix[j]];
 }
 
-[[gnu::target_clones("avx512f", "avx2", "default")]] void gather_block_t(const float* kvt, int64_t rows,
-                                                                          const int32_t* ix, int64_t n, int64_t d,
-                                                                          float* kt) {
+V41_KERNEL void gather_block_t(const float* kvt, int64_t rows, const int32_t* ix, int64_t n, int64_t d, float* kt) {
   gather_block(kvt, rows, ix, n, d, kt);
 }
-[[gnu::target_clones("avx512f", "avx2", "default")]] void gather_block_t(const double* kvt, int64_t rows,
-                                                                          const int32_t* ix, int64_t n, int64_t d,
-                                                                          double* kt) {
+V41_KERNEL void gather_block_t(const double* kvt, int64_t rows, const int32_t* ix, int64_t n, int64_t d, double* kt) {
   gather_block(kvt, rows, ix, n, d, kt);
 }
-[[gnu::target_clones("avx512f", "avx2", "default")]] void block_scores_t(const float* q, const float* kt, int64_t d,
-                                                                          float* dot) {
+V41_KERNEL void block_scores_t(const float* q, const float* kt, int64_t d, float* dot) {
   block_scores(q, kt, d, dot);
 }
-[[gnu::target_clones("avx512f", "avx2", "default")]] void block_scores_t(const double* q, const double* kt, int64_t d,
-                                                                          double* dot) {
+V41_KERNEL void block_scores_t(const double* q, const double* kt, int64_t d, double* dot) {
   block_scores(q, kt, d, dot);
 }
-[[gnu::target_clones("avx512f", "avx2", "default")]] void block_pv_t(const float* p, const float* const* rows,
-                                                                      int64_t n, int64_t d, float rescale, float* acc) {
+V41_KERNEL void block_pv_t(const float* p, const float* const* rows, int64_t n, int64_t d, float rescale, float* acc) {
   block_pv(p, rows, n, d, rescale, acc);
 }
-[[gnu::target_clones("avx512f", "avx2", "default")]] void block_pv_t(const double* p, const double* const* rows,
-                                                                      int64_t n, int64_t d, double rescale,
-                                                                      double* acc) {
+V41_KERNEL void block_pv_t(const double* p, const double* const* rows, int64_t n, int64_t d, double rescale,
+                           double* acc) {
   block_pv(p, rows, n, d, rescale, acc);
 }
 
@@ -134,12 +126,15 @@ void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_
                     std::span<const double> kv, std::span<const double> sink, std::span<const int32_t> idxs,
                     int64_t k, double softmax_scale, std::span<double> out) {
   const double scale = a.c(softmax_scale), ninf = -std::numeric_limits<double>::infinity();
-  const int64_t dp = (d + kPvVecs * kLanes<T> - 1) / (kPvVecs * kLanes<T>) * (kPvVecs * kLanes<T>);  // zero channels past d
+  constexpr int64_t pass = kPvVecs * kLanes<T>;
+  const int64_t dp = (d + pass - 1) / pass * pass;  // P·V's rows padded with zero channels
   const int64_t rows = static_cast<int64_t>(kv.size()) / d;
-  std::vector<T> kvr(static_cast<size_t>(rows * dp), T(0)), kvt(static_cast<size_t>(d * rows));  // [rows, dp], [d, rows]
+  std::vector<T> kvr(static_cast<size_t>(rows * dp), T(0));  // [rows, dp]
+  std::vector<T> kvt(static_cast<size_t>(d * rows));         // [d, rows]
   for (int64_t r = 0; r < rows; ++r) std::copy_n(kv.begin() + r * d, d, kvr.begin() + r * dp);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < d; ++c) kvt[static_cast<size_t>(c * rows + r)] = static_cast<T>(kv[static_cast<size_t>(r * d + c)]);
+    for (int64_t c = 0; c < d; ++c)
+      kvt[static_cast<size_t>(c * rows + r)] = static_cast<T>(kv[static_cast<size_t>(r * d + c)]);
 #pragma omp parallel for schedule(static) if (N * H * k * d > kParallelWork)
   for (int64_t t = 0; t < N; ++t) {
     std::vector<T> qt(q.begin() + t * H * d, q.begin() + (t + 1) * H * d), kt(static_cast<size_t>(d * kAttnBlock));
@@ -155,7 +150,8 @@ void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_
         block_scores_t(qt.data() + h * d, kt.data(), d, dot.data());
         double bmax = ninf;
         for (int64_t j = 0; j < nb; ++j) {
-          s[static_cast<size_t>(j)] = a.mul(ix[j] >= 0 ? static_cast<double>(dot[static_cast<size_t>(j)]) : ninf, scale);
+          const double dj = ix[j] >= 0 ? static_cast<double>(dot[static_cast<size_t>(j)]) : ninf;
+          s[static_cast<size_t>(j)] = a.mul(dj, scale);
           bmax = std::max(bmax, s[static_cast<size_t>(j)]);
         }
         double& m = mx[static_cast<size_t>(h)];
@@ -176,9 +172,11 @@ void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_
       }
     }
     for (int64_t h = 0; h < H; ++h) {
-      const double total = a.add(sum[static_cast<size_t>(h)], a.exp(a.sub(sink[static_cast<size_t>(h)], mx[static_cast<size_t>(h)])));
+      const size_t hs = static_cast<size_t>(h);
+      const double total = a.add(sum[hs], a.exp(a.sub(sink[hs], mx[hs])));
       double* o = out.data() + (t * H + h) * d;
-      for (int64_t c = 0; c < d; ++c) o[c] = a.bf(a.div(static_cast<double>(acc[static_cast<size_t>(h * dp + c)]), total));
+      for (int64_t c = 0; c < d; ++c)
+        o[c] = a.bf(a.div(static_cast<double>(acc[static_cast<size_t>(h * dp + c)]), total));
     }
   }
 }

@@ -67,29 +67,24 @@ template <int64_t Cols>
     for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np + j * L, &acc[j][r], sizeof acc[j][r]);
 }
 
-// One panel of rows [m0, m1) (a multiple of kRows) over every column block; compiled for AVX-512,
-// AVX2 and the baseline, chosen at load. (The OpenMP loop stays outside: its outlined body would
-// not be cloned.)
+// One panel of rows [m0, m1) (a multiple of kRows) over every column block (V41_KERNEL: compiled
+// per ISA, chosen at load; the OpenMP loop stays outside, as its outlined body would not be cloned).
 template <typename T>
 [[gnu::always_inline]] inline void dot_panel(const T* x, int64_t m0, int64_t m1, int64_t K, const T* wt, int64_t np,
                                              T* y) {
   for (int64_t o = 0; o < np; o += kLanes<T>)
     for (int64_t m = m0; m < m1; m += kRows) dot_block(x + m * K, K, wt + o * K, np, y + m * np + o);
 }
-[[gnu::target_clones("avx512f", "avx2", "default")]] void dot_panel_f32(const float* x, int64_t m0, int64_t m1,
-                                                                         int64_t K, const float* wt, int64_t np,
-                                                                         float* y) {
+V41_KERNEL void dot_panel_f32(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np,
+                              float* y) {
   dot_panel(x, m0, m1, K, wt, np, y);
 }
-[[gnu::target_clones("avx512f", "avx2", "default")]] void dot_panel_f64(const double* x, int64_t m0, int64_t m1,
-                                                                         int64_t K, const double* wt, int64_t np,
-                                                                         double* y) {
+V41_KERNEL void dot_panel_f64(const double* x, int64_t m0, int64_t m1, int64_t K, const double* wt, int64_t np,
+                              double* y) {
   dot_panel(x, m0, m1, K, wt, np, y);
 }
-[[gnu::target_clones("avx512f", "avx2", "default")]] void block_scaled_panel(const float* ac, const float* xs,
-                                                                              int64_t m0, int64_t m1, int64_t K,
-                                                                              const float* wc, const float* ws,
-                                                                              int64_t np, float* y) {
+V41_KERNEL void block_scaled_panel(const float* ac, const float* xs, int64_t m0, int64_t m1, int64_t K, const float* wc,
+                                   const float* ws, int64_t np, float* y) {
   constexpr int64_t L = kLanes<float>;
   const int64_t nb = K / kFp8Block;
   for (int64_t o = 0; o < np; o += 2 * L)
@@ -215,7 +210,8 @@ void run_plain(const Arith& a, std::span<const double> X, int64_t M, int64_t K, 
   const std::vector<T> x = padded_rows<T>(X, M, K);
   const int64_t Mp = round_up(M, kRows);
   std::vector<T> y(static_cast<size_t>(Mp * np));
-  for_panels(Mp, M * K * Nout, [&](int64_t m0, int64_t m1) { dot_panel_t(x.data(), m0, m1, K, wt.data(), np, y.data()); });
+  for_panels(Mp, M * K * Nout,
+             [&](int64_t m0, int64_t m1) { dot_panel_t(x.data(), m0, m1, K, wt.data(), np, y.data()); });
   write_out(a, y, M, Nout, np, Y, out_bf16);
 }
 
