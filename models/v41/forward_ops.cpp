@@ -21,18 +21,23 @@ constexpr int64_t kPanel = 64;  // rows per parallel work item at most: a weight
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-// y[r, lane] = Σ_k x[r, k] · wt[k, lane] for the kRows rows at x and one column block wt [K, lanes]
-// (y rows np apart), in k order.
-template <typename T>
+// y[r, lane] = Σ_k x[r, k] · wt[k, lane] for the kRows rows at x and Cols adjacent column blocks
+// (Cols · kRows sums in flight), in k order; wt [K, lanes] per column block, the blocks K·lanes
+// apart; y rows np apart.
+template <typename T, int64_t Cols>
 [[gnu::always_inline]] inline void dot_block(const T* x, int64_t K, const T* wt, int64_t np, T* y) {
-  Vec<T> acc[kRows] = {};
-  for (int64_t k = 0; k < K; ++k) {
-    Vec<T> w;
-    std::memcpy(&w, wt + k * kLanes<T>, sizeof w);
+  constexpr int64_t L = kLanes<T>;
+  Vec<T> acc[Cols][kRows] = {};
+  for (int64_t k = 0; k < K; ++k)
+#pragma GCC unroll 2
+    for (int64_t j = 0; j < Cols; ++j) {
+      Vec<T> w;
+      std::memcpy(&w, wt + j * K * L + k * L, sizeof w);
 #pragma GCC unroll 4
-    for (int64_t r = 0; r < kRows; ++r) acc[r] = acc[r] + x[r * K + k] * w;
-  }
-  for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np, &acc[r], sizeof acc[r]);
+      for (int64_t r = 0; r < kRows; ++r) acc[j][r] = acc[j][r] + x[r * K + k] * w;
+    }
+  for (int64_t j = 0; j < Cols; ++j)
+    for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np + j * L, &acc[j][r], sizeof acc[j][r]);
 }
 
 // The release's block-scaled product for kRows rows and Cols adjacent column blocks (Cols · kRows
@@ -72,8 +77,14 @@ template <int64_t Cols>
 template <typename T>
 [[gnu::always_inline]] inline void dot_panel(const T* x, int64_t m0, int64_t m1, int64_t K, const T* wt, int64_t np,
                                              T* y) {
-  for (int64_t o = 0; o < np; o += kLanes<T>)
-    for (int64_t m = m0; m < m1; m += kRows) dot_block(x + m * K, K, wt + o * K, np, y + m * np + o);
+  constexpr int64_t L = kLanes<T>;
+  for (int64_t o = 0; o < np; o += 2 * L)
+    for (int64_t m = m0; m < m1; m += kRows) {
+      if (o + L < np)  // two column blocks left
+        dot_block<T, 2>(x + m * K, K, wt + o * K, np, y + m * np + o);
+      else
+        dot_block<T, 1>(x + m * K, K, wt + o * K, np, y + m * np + o);
+    }
 }
 V41_KERNEL void dot_panel_f32(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np,
                               float* y) {
