@@ -121,9 +121,9 @@ void gather_keys(const std::vector<T>& kvt, int64_t rows, const int32_t* ix, int
 
 // sparse_attn in T (fp32 under bf16, double under f64). The heads of a query walk its index list
 // together, block by block, so that a block's keys are gathered (from kv transposed) once for all
-// heads; each head keeps its own running max, sum and accumulator, updated in block order as
-// before. A score lane of no key (index -1, or past the list's end) is computed on whatever the
-// lane holds and never read.
+// heads; each head keeps its own running max, sum and accumulator, updated in block order. A
+// score lane of no key (index -1, or past the list's end) is computed on whatever the lane holds
+// and never read.
 template <typename T>
 void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_t H, int64_t d,
                     std::span<const double> kv, std::span<const double> sink, std::span<const int32_t> idxs,

@@ -86,12 +86,12 @@ template <typename T>
         dot_block<T, 1>(x + m * K, K, wt + o * K, np, y + m * np + o);
     }
 }
-V41_KERNEL void dot_panel_f32(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np,
-                              float* y) {
+V41_KERNEL void dot_panel_t(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np,
+                            float* y) {
   dot_panel(x, m0, m1, K, wt, np, y);
 }
-V41_KERNEL void dot_panel_f64(const double* x, int64_t m0, int64_t m1, int64_t K, const double* wt, int64_t np,
-                              double* y) {
+V41_KERNEL void dot_panel_t(const double* x, int64_t m0, int64_t m1, int64_t K, const double* wt, int64_t np,
+                            double* y) {
   dot_panel(x, m0, m1, K, wt, np, y);
 }
 V41_KERNEL void block_scaled_panel(const float* ac, const float* xs, int64_t m0, int64_t m1, int64_t K, const float* wc,
@@ -106,12 +106,6 @@ V41_KERNEL void block_scaled_panel(const float* ac, const float* xs, int64_t m0,
       else
         block_scaled_block<1>(a, s, K, w, v, np, y + m * np + o);
     }
-}
-void dot_panel_t(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np, float* y) {
-  dot_panel_f32(x, m0, m1, K, wt, np, y);
-}
-void dot_panel_t(const double* x, int64_t m0, int64_t m1, int64_t K, const double* wt, int64_t np, double* y) {
-  dot_panel_f64(x, m0, m1, K, wt, np, y);
 }
 
 // Runs panel(m0, m1) over the padded rows Mp in panels of at most kPanel rows (fewer when that
