@@ -512,6 +512,160 @@ TEST(V41Release, BlockScaledLinearIsBitwiseTheSameOnOneAndThreeThreads) {
   EXPECT_EQ(y1, y3);
 }
 
+// ---- the vector kernels against the scalar loops they replace (bit for bit) ----
+
+namespace {
+
+// linear_w as one scalar loop per output: Σ_k x·w in k order (Arith's roundings), or in the release
+// regime on FP8/FP4 the block-scaled sum over act_quant's codes.
+std::vector<double> scalar_linear_w(const Arith& a, const std::vector<double>& X, int64_t M, const V41Linear& w,
+                                    bool out_bf16) {
+  const int64_t K = w.in, N = w.out, nb = K / 32, tiles_in = (K + 31) / 32;
+  std::vector<double> Y(M * N);
+  std::vector<float> xf(X.begin(), X.end()), xs(M * nb);
+  std::vector<uint8_t> codes(xf.size());
+  const bool blocks = a.release && w.kind != V41Linear::Kind::Plain;
+  if (blocks) act_quant(xf, K, codes, xs);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t o = 0; o < N; ++o) {
+      double acc = 0.0;
+      if (!blocks)
+        for (int64_t k = 0; k < K; ++k) acc = a.add(acc, a.mul(X[m * K + k], w.w[o * K + k]));
+      for (int64_t b = 0; blocks && b < nb; ++b) {
+        const double ws = w.kind == V41Linear::Kind::Fp8Tiles ? w.scale[(o / 32) * tiles_in + b] : w.scale[o * nb + b];
+        double part = 0.0;
+        for (int64_t k = b * 32; k < (b + 1) * 32; ++k)
+          part = a.add(part, a.mul(f32_from_e4m3(codes[m * K + k]), w.w[o * K + k] / ws));
+        acc = a.add(acc, a.mul(a.mul(part, xs[m * nb + b]), ws));
+      }
+      Y[m * N + o] = out_bf16 ? a.bf(acc) : acc;
+    }
+  return Y;
+}
+
+V41Linear random_linear(V41Linear::Kind kind, int64_t N, int64_t K, std::mt19937_64& rng) {
+  std::normal_distribution<double> nd(0.0, 1.0);
+  V41Linear w;
+  w.out = N, w.in = K, w.kind = kind;
+  const int64_t tiles = kind == V41Linear::Kind::Fp8Tiles ? ((N + 31) / 32) * ((K + 31) / 32) : N * (K / 32);
+  for (int64_t i = 0; kind != V41Linear::Kind::Plain && i < tiles; ++i)
+    w.scale.push_back(std::ldexp(1.0, -static_cast<int>(rng() % 6)));
+  for (int64_t o = 0; o < N; ++o)
+    for (int64_t k = 0; k < K; ++k) {
+      const float v = static_cast<float>(nd(rng));
+      if (kind == V41Linear::Kind::Plain) w.w.push_back(v);
+      const double s = kind == V41Linear::Kind::Fp8Tiles ? w.scale[(o / 32) * ((K + 31) / 32) + k / 32]
+                       : kind == V41Linear::Kind::Fp4Rows ? w.scale[o * (K / 32) + k / 32] : 1.0;
+      if (kind == V41Linear::Kind::Fp8Tiles) w.w.push_back(f32_from_e4m3(e4m3_from_f32(v)) * s);
+      if (kind == V41Linear::Kind::Fp4Rows) w.w.push_back(f32_from_e2m1(e2m1_from_f32(2 * v)) * s);
+    }
+  return w;
+}
+
+}  // namespace
+
+TEST(V41Kernels, LinearWGivesTheScalarLoopsBitsForEveryShapeRegimeAndKind) {
+  // Rows past one panel and not a multiple of the register block, outputs past one and two column
+  // blocks and not a multiple of a vector; packed once (as a model does) and packed for the call.
+  std::mt19937_64 rng(test_seed() + 11);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  for (auto kind : {V41Linear::Kind::Plain, V41Linear::Kind::Fp8Tiles, V41Linear::Kind::Fp4Rows})
+    for (int64_t M : {1, 5, 70})
+      for (int64_t N : {1, 17, 40})
+        for (int64_t K : {32, 96}) {
+          V41Linear w = random_linear(kind, N, K, rng);
+          std::vector<double> X(M * K);
+          for (auto& v : X) v = static_cast<float>(3 * nd(rng));  // fp32: an order change shows
+          for (V41Regime r : {V41Regime::f64, V41Regime::bf16, V41Regime::release}) {
+            const Arith a(r);
+            for (bool out_bf16 : {false, true}) {
+              const auto want = scalar_linear_w(a, X, M, w, out_bf16);
+              std::vector<double> got(M * N);
+              w.packed = {};
+              linear_w(a, X, M, w, got, out_bf16);
+              EXPECT_EQ(got, want) << v41_regime_name(r) << " M " << M << " N " << N << " K " << K;
+              pack_linear(a, w);
+              linear_w(a, X, M, w, got, out_bf16);
+              EXPECT_EQ(got, want) << "packed, " << v41_regime_name(r) << " M " << M << " N " << N << " K " << K;
+            }
+          }
+        }
+}
+
+namespace {
+
+// sparse_attn as one scalar loop per (query, head): the online softmax over blocks of 64.
+std::vector<double> scalar_sparse_attn(const Arith& a, const std::vector<double>& q, int64_t N, int64_t H, int64_t d,
+                                       const std::vector<double>& kv, const std::vector<double>& sink,
+                                       const std::vector<int32_t>& idxs, int64_t k, double softmax_scale) {
+  const double scale = a.c(softmax_scale);
+  std::vector<double> out(N * H * d), s(64), acc(d);
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      double mx = a.c(-1e30), sum = 0.0;
+      for (int64_t b = 0; b < k; b += 64) {
+        const int64_t nb = std::min<int64_t>(64, k - b);
+        double bmax = -kInf;
+        for (int64_t j = 0; j < nb; ++j) {
+          const int32_t p = idxs[t * k + b + j];
+          double dot = -kInf;
+          if (p >= 0) {
+            dot = 0.0;
+            for (int64_t c = 0; c < d; ++c) dot = a.add(dot, a.mul(q[(t * H + h) * d + c], kv[p * d + c]));
+          }
+          bmax = std::max(bmax, s[j] = a.mul(dot, scale));
+        }
+        const double prev = mx;
+        mx = std::max(prev, bmax);
+        const double rescale = a.exp(a.sub(prev, mx));
+        double psum = 0.0;
+        for (int64_t j = 0; j < nb; ++j) psum = a.add(psum, s[j] = a.exp(a.sub(s[j], mx)));
+        sum = a.add(a.mul(sum, rescale), psum);
+        for (int64_t c = 0; c < d; ++c) {
+          double pv = 0.0;
+          for (int64_t j = 0; j < nb; ++j)
+            if (idxs[t * k + b + j] >= 0) pv = a.add(pv, a.mul(a.bf(s[j]), kv[idxs[t * k + b + j] * d + c]));
+          acc[c] = a.add(a.mul(acc[c], rescale), pv);
+        }
+      }
+      sum = a.add(sum, a.exp(a.sub(sink[h], mx)));
+      for (int64_t c = 0; c < d; ++c) out[(t * H + h) * d + c] = a.bf(a.div(acc[c], sum));
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST(V41Kernels, SparseAttnGivesTheScalarLoopsBitsForWindowAndScatteredLists) {
+  // A channel count that is not a multiple of a vector, lists of one and three blocks (the last
+  // partial), window-like lists (consecutive rows, -1 past the query) and scattered ones.
+  const int64_t N = 6, H = 3, d = 37, rows = 150;
+  std::mt19937_64 rng(test_seed() + 12);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<double> q(N * H * d), kv(rows * d), sink{0.3, -1.0, 2.0};
+  // fp32 values (not bf16), so that every product has more bits than a sum keeps and a change of
+  // summation order shows.
+  for (auto& v : q) v = static_cast<float>(nd(rng));
+  for (auto& v : kv) v = static_cast<float>(nd(rng));
+  for (int64_t k : {40, 150}) {
+    std::vector<int32_t> window(N * k), scattered(N * k);
+    for (int64_t t = 0; t < N; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        window[t * k + j] = j <= 20 * t + 5 ? static_cast<int32_t>(j) : -1;
+        scattered[t * k + j] = (j % 7 == 2) ? -1 : static_cast<int32_t>((j * 37 + t * 11) % rows);
+      }
+    for (V41Regime r : {V41Regime::f64, V41Regime::bf16})
+      for (const auto* idx : {&window, &scattered}) {
+        const Arith a(r);
+        std::vector<double> got(N * H * d);
+        sparse_attn(a, q, N, H, d, kv, sink, *idx, k, 0.4, got);
+        EXPECT_EQ(got, scalar_sparse_attn(a, q, N, H, d, kv, sink, *idx, k, 0.4))
+            << v41_regime_name(r) << " k " << k << (idx == &window ? " window" : " scattered");
+      }
+  }
+}
+
 // ---- the f64 quantization points (docs/v41.md §3.8) ----
 
 TEST(V41QdqF64, DoubleQuantizersAgreeWithTheFp32OnesOnBf16Values) {

@@ -70,19 +70,17 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
 
   // score[t, j] = Σ_h bf16(relu(bf16(q_th · k_j)) · w_th), the head sum in fp32, then bf16; with
   // --index-scores fp32 (engines whose indexer kernel keeps fp32) none of the three bf16 roundings.
+  // The dot products q_th · k_j, each summed over the head dim in order, are one `linear` of the rows
+  // q_th by the keys.
   const bool fp32_scores = L.options.index_scores == V41IndexScores::fp32;
   auto score_bf = [&](double v) { return fp32_scores ? v : L.a.bf(v); };
-  Vec score(static_cast<size_t>(N * T));
-  const Vec& ik = shared.index_k;
-#pragma omp parallel for schedule(static) if (N * T * IH * ID > kParallelWork)
+  Vec score(static_cast<size_t>(N * T)), dots(static_cast<size_t>(N * IH * T));
+  linear(L.a, q, N * IH, ID, shared.index_k, T, dots, false);
   for (int64_t t = 0; t < N; ++t)
     for (int64_t j = 0; j < T; ++j) {
       double s = 0.0;
       for (int64_t h = 0; h < IH; ++h) {
-        double dot = 0.0;
-        const double* qv = q.data() + (t * IH + h) * ID;
-        const double* kv = ik.data() + j * ID;
-        for (int64_t d = 0; d < ID; ++d) dot = L.a.add(dot, L.a.mul(qv[d], kv[d]));
+        const double dot = dots[static_cast<size_t>((t * IH + h) * T + j)];
         s = L.a.add(s, score_bf(L.a.mul(std::max(score_bf(dot), 0.0), wts[static_cast<size_t>(t * IH + h)])));
       }
       score[static_cast<size_t>(t * T + j)] = score_bf(s);

@@ -3,9 +3,11 @@
 // the kernel's sparse_attn).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "models/v41/forward_ops.hpp"
+#include "models/v41/lanes.hpp"
 
 namespace ced::v41::fwd {
 
@@ -22,55 +24,173 @@ std::vector<int32_t> window_topk_idxs(int64_t N, int64_t W) {
   return idx;
 }
 
+namespace {
+
+// sparse_attn's kernels (lanes.hpp): the scores of a block of kAttnBlock keys with a lane per key,
+// and P·V with a lane per channel.
+
+// dot[j] = Σ_c q[c] · kt[c, j] for the block's keys (kt: [d, kAttnBlock], the block transposed), in
+// c order; eight vectors of keys at a time (as many sums in flight as fit AVX2's registers).
+template <typename T>
+[[gnu::always_inline]] inline void block_scores(const T* q, const T* kt, int64_t d, T* dot) {
+  constexpr int64_t nv = std::min<int64_t>(8, kAttnBlock / kLanes<T>), group = nv * kLanes<T>;
+  for (int64_t j0 = 0; j0 < kAttnBlock; j0 += group) {
+    Vec<T> acc[nv] = {};
+    for (int64_t c = 0; c < d; ++c)
+#pragma GCC unroll 8
+      for (int64_t v = 0; v < nv; ++v) {
+        Vec<T> k;
+        std::memcpy(&k, kt + c * kAttnBlock + j0 + v * kLanes<T>, sizeof k);
+        acc[v] = acc[v] + q[c] * k;
+      }
+    std::memcpy(dot + j0, acc, sizeof acc);
+  }
+}
+
+// acc[c] = acc[c] · rescale + Σ_j p[j] · rows[j][c] over the n rows, in j order. kPvVecs vectors
+// of channels at a time, so that as many sums are in flight (d a multiple: the caller pads).
+constexpr int64_t kPvVecs = 4;
+template <typename T>
+[[gnu::always_inline]] inline void block_pv(const T* p, const T* const* rows, int64_t n, int64_t d, T rescale,
+                                            T* acc) {
+  for (int64_t c = 0; c < d; c += kPvVecs * kLanes<T>) {
+    Vec<T> pv[kPvVecs] = {};
+    for (int64_t j = 0; j < n; ++j)
+#pragma GCC unroll 4
+      for (int64_t v = 0; v < kPvVecs; ++v) {
+        Vec<T> x;
+        std::memcpy(&x, rows[j] + c + v * kLanes<T>, sizeof x);
+        pv[v] = pv[v] + p[j] * x;
+      }
+#pragma GCC unroll 4
+    for (int64_t v = 0; v < kPvVecs; ++v) {
+      Vec<T> a;
+      std::memcpy(&a, acc + c + v * kLanes<T>, sizeof a);
+      a = a * rescale + pv[v];
+      std::memcpy(acc + c + v * kLanes<T>, &a, sizeof a);
+    }
+  }
+}
+
+// kt[c, j] = kvt[c, ix[j]] for the block's n keys (ix: row indices, a valid row in place of none).
+template <typename T>
+[[gnu::always_inline]] inline void gather_block(const T* kvt, int64_t rows, const int32_t* ix, int64_t n, int64_t d,
+                                                T* kt) {
+  for (int64_t c = 0; c < d; ++c)
+    for (int64_t j = 0; j < n; ++j) kt[c * kAttnBlock + j] = kvt[c * rows + ix[j]];
+}
+
+V41_KERNEL void gather_block_t(const float* kvt, int64_t rows, const int32_t* ix, int64_t n, int64_t d, float* kt) {
+  gather_block(kvt, rows, ix, n, d, kt);
+}
+V41_KERNEL void gather_block_t(const double* kvt, int64_t rows, const int32_t* ix, int64_t n, int64_t d, double* kt) {
+  gather_block(kvt, rows, ix, n, d, kt);
+}
+V41_KERNEL void block_scores_t(const float* q, const float* kt, int64_t d, float* dot) {
+  block_scores(q, kt, d, dot);
+}
+V41_KERNEL void block_scores_t(const double* q, const double* kt, int64_t d, double* dot) {
+  block_scores(q, kt, d, dot);
+}
+V41_KERNEL void block_pv_t(const float* p, const float* const* rows, int64_t n, int64_t d, float rescale, float* acc) {
+  block_pv(p, rows, n, d, rescale, acc);
+}
+V41_KERNEL void block_pv_t(const double* p, const double* const* rows, int64_t n, int64_t d, double rescale,
+                           double* acc) {
+  block_pv(p, rows, n, d, rescale, acc);
+}
+
+// kt[c, j] = kvt[c, ix[j]] for a block's n keys (rows > 0). A window's block is consecutive rows, so
+// each channel's keys are one copy; other lists are gathered, with row 0 in place of none.
+template <typename T>
+void gather_keys(const std::vector<T>& kvt, int64_t rows, const int32_t* ix, int64_t n, int64_t d,
+                 std::vector<int32_t>& rix, std::vector<T>& kt) {
+  int64_t first = 0;
+  while (first < n && ix[first] < 0) ++first;
+  const int64_t base = first < n ? ix[first] - first : -1;
+  bool consecutive = base >= 0 && base + n <= rows;
+  for (int64_t j = first; j < n && consecutive; ++j) consecutive = ix[j] < 0 || ix[j] == base + j;
+  if (consecutive) {
+    for (int64_t c = 0; c < d; ++c)
+      std::copy_n(kvt.begin() + c * rows + base, n, kt.begin() + c * kAttnBlock);
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) rix[static_cast<size_t>(j)] = std::max(ix[j], 0);
+  gather_block_t(kvt.data(), rows, rix.data(), n, d, kt.data());
+}
+
+// sparse_attn in T (fp32 under bf16, double under f64). The heads of a query walk its index list
+// together, block by block, so that a block's keys are gathered (from kv transposed) once for all
+// heads; each head keeps its own running max, sum and accumulator, updated in block order. A
+// score lane of no key (index -1, or past the list's end) is computed on whatever the lane holds
+// and never read.
+template <typename T>
+void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_t H, int64_t d,
+                    std::span<const double> kv, std::span<const double> sink, std::span<const int32_t> idxs,
+                    int64_t k, double softmax_scale, std::span<double> out) {
+  const double scale = a.c(softmax_scale), ninf = -std::numeric_limits<double>::infinity();
+  constexpr int64_t pass = kPvVecs * kLanes<T>;
+  const int64_t dp = (d + pass - 1) / pass * pass;  // P·V's rows padded with zero channels
+  const int64_t rows = static_cast<int64_t>(kv.size()) / d;
+  std::vector<T> kvr(static_cast<size_t>(rows * dp), T(0));  // [rows, dp]
+  std::vector<T> kvt(static_cast<size_t>(d * rows));         // [d, rows]
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(kv.begin() + r * d, d, kvr.begin() + r * dp);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < d; ++c)
+      kvt[static_cast<size_t>(c * rows + r)] = static_cast<T>(kv[static_cast<size_t>(r * d + c)]);
+#pragma omp parallel for schedule(static) if (N * H * k * d > kParallelWork)
+  for (int64_t t = 0; t < N; ++t) {
+    std::vector<T> qt(q.begin() + t * H * d, q.begin() + (t + 1) * H * d), kt(static_cast<size_t>(d * kAttnBlock));
+    std::vector<T> acc(static_cast<size_t>(H * dp), T(0)), dot(kAttnBlock), pb(kAttnBlock);
+    std::vector<double> mx(static_cast<size_t>(H), a.c(-1e30)), sum(static_cast<size_t>(H), 0.0), s(kAttnBlock);
+    std::vector<const T*> live(kAttnBlock);  // the rows of the block's valid keys, in j order
+    std::vector<int32_t> rix(kAttnBlock);
+    for (int64_t b = 0; b < k; b += kAttnBlock) {
+      const int64_t nb = std::min(kAttnBlock, k - b);
+      const int32_t* ix = idxs.data() + t * k + b;
+      if (rows > 0) gather_keys(kvt, rows, ix, nb, d, rix, kt);
+      for (int64_t h = 0; h < H; ++h) {
+        block_scores_t(qt.data() + h * d, kt.data(), d, dot.data());
+        double bmax = ninf;
+        for (int64_t j = 0; j < nb; ++j) {
+          const double dj = ix[j] >= 0 ? static_cast<double>(dot[static_cast<size_t>(j)]) : ninf;
+          s[static_cast<size_t>(j)] = a.mul(dj, scale);
+          bmax = std::max(bmax, s[static_cast<size_t>(j)]);
+        }
+        double& m = mx[static_cast<size_t>(h)];
+        const double prev = m;
+        m = std::max(prev, bmax);
+        const double rescale = a.exp(a.sub(prev, m));
+        double psum = 0.0;
+        int64_t n = 0;
+        for (int64_t j = 0; j < nb; ++j) {
+          s[static_cast<size_t>(j)] = a.exp(a.sub(s[static_cast<size_t>(j)], m));
+          psum = a.add(psum, s[static_cast<size_t>(j)]);
+          if (ix[j] < 0) continue;  // a zeroed row: p · 0 adds nothing
+          pb[static_cast<size_t>(n)] = static_cast<T>(a.bf(s[static_cast<size_t>(j)]));
+          live[static_cast<size_t>(n++)] = kvr.data() + ix[j] * dp;
+        }
+        sum[static_cast<size_t>(h)] = a.add(a.mul(sum[static_cast<size_t>(h)], rescale), psum);
+        block_pv_t(pb.data(), live.data(), n, dp, static_cast<T>(rescale), acc.data() + h * dp);
+      }
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      const size_t hs = static_cast<size_t>(h);
+      const double total = a.add(sum[hs], a.exp(a.sub(sink[hs], mx[hs])));
+      double* o = out.data() + (t * H + h) * d;
+      for (int64_t c = 0; c < d; ++c)
+        o[c] = a.bf(a.div(static_cast<double>(acc[static_cast<size_t>(h * dp + c)]), total));
+    }
+  }
+}
+
+}  // namespace
+
 void sparse_attn(const Arith& a, std::span<const double> q, int64_t N, int64_t H, int64_t d,
                  std::span<const double> kv, std::span<const double> sink, std::span<const int32_t> idxs,
                  int64_t k, double softmax_scale, std::span<double> out) {
-  const double scale = a.c(softmax_scale), ninf = -std::numeric_limits<double>::infinity();
-#pragma omp parallel for schedule(static) if (N * H * k * d > kParallelWork)
-  for (int64_t t = 0; t < N; ++t) {
-    std::vector<double> s(kAttnBlock), acc(static_cast<size_t>(d));
-    for (int64_t h = 0; h < H; ++h) {
-      const double* qv = q.data() + (t * H + h) * d;
-      std::fill(acc.begin(), acc.end(), 0.0);
-      double mx = a.c(-1e30), sum = 0.0;
-      for (int64_t b = 0; b < k; b += kAttnBlock) {
-        const int64_t nb = std::min(kAttnBlock, k - b);
-        double bmax = ninf;
-        for (int64_t j = 0; j < nb; ++j) {
-          const int32_t p = idxs[static_cast<size_t>(t * k + b + j)];
-          double dot = ninf;
-          if (p >= 0) {
-            const double* kr = kv.data() + static_cast<int64_t>(p) * d;
-            dot = 0.0;
-            for (int64_t c = 0; c < d; ++c) dot = a.add(dot, a.mul(qv[c], kr[c]));
-          }
-          s[static_cast<size_t>(j)] = a.mul(dot, scale);
-          bmax = std::max(bmax, s[static_cast<size_t>(j)]);
-        }
-        const double prev = mx;
-        mx = std::max(prev, bmax);
-        const double rescale = a.exp(a.sub(prev, mx));
-        double psum = 0.0;
-        for (int64_t j = 0; j < nb; ++j) {
-          s[static_cast<size_t>(j)] = a.exp(a.sub(s[static_cast<size_t>(j)], mx));
-          psum = a.add(psum, s[static_cast<size_t>(j)]);
-        }
-        sum = a.add(a.mul(sum, rescale), psum);
-        for (int64_t c = 0; c < d; ++c) {
-          double pv = 0.0;
-          for (int64_t j = 0; j < nb; ++j) {
-            const int32_t p = idxs[static_cast<size_t>(t * k + b + j)];
-            if (p < 0) continue;  // a zeroed row: p · 0 adds nothing
-            pv = a.add(pv, a.mul(a.bf(s[static_cast<size_t>(j)]), kv[static_cast<size_t>(p * d + c)]));
-          }
-          acc[static_cast<size_t>(c)] = a.add(a.mul(acc[static_cast<size_t>(c)], rescale), pv);
-        }
-      }
-      sum = a.add(sum, a.exp(a.sub(sink[static_cast<size_t>(h)], mx)));
-      double* o = out.data() + (t * H + h) * d;
-      for (int64_t c = 0; c < d; ++c) o[c] = a.bf(a.div(acc[static_cast<size_t>(c)], sum));
-    }
-  }
+  if (a.emulate) return sparse_attn_as<float>(a, q, N, H, d, kv, sink, idxs, k, softmax_scale, out);
+  sparse_attn_as<double>(a, q, N, H, d, kv, sink, idxs, k, softmax_scale, out);
 }
 
 std::vector<double> compress_pool(const Arith& a, std::span<const double> kv, std::span<const double> score,

@@ -82,6 +82,7 @@ V41Model::V41Model(const V41Config& config, const SafetensorsFile& weights, V41R
   head_ = load_v41_tensor(weights, "head.weight", {V, D});
   for (const LayerPlan& lp : plan_.layers)
     layers_.push_back(std::make_unique<V41LayerWeights>(load_v41_layer_weights(config_, lp, weights)));
+  for (auto& l : layers_) fwd::pack_layer_linears(fwd::Arith(regime_), *l);
 }
 
 V41Model::~V41Model() = default;

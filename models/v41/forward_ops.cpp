@@ -1,51 +1,265 @@
 // docs/v41.md §8: linear, RMSNorm, RoPE/YaRN, the quantization points and torch's top-k.
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <utility>
 
+#include <omp.h>
+
 #include "models/v41/forward_ops.hpp"
+#include "models/v41/lanes.hpp"
 
 namespace ced::v41::fwd {
 
-void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std::span<const double> W,
-            int64_t Nout, std::span<double> Y, bool out_bf16) {
-#pragma omp parallel for schedule(static) if (M * K * Nout > kParallelWork)
-  for (int64_t m = 0; m < M; ++m) {
-    const double* x = X.data() + m * K;
-    for (int64_t o = 0; o < Nout; ++o) {
-      const double* w = W.data() + o * K;
-      double acc = 0.0;
-      for (int64_t k = 0; k < K; ++k) acc = a.add(acc, a.mul(x[k], w[k]));
-      Y[static_cast<size_t>(m * Nout + o)] = out_bf16 ? a.bf(acc) : acc;
+namespace {
+
+// The linear kernels (lanes.hpp): a lane is one output column, a register block kRows rows.
+constexpr int64_t kRows = 4;    // rows per register block (x rows are padded to a multiple)
+constexpr int64_t kPanel = 64;  // rows per parallel work item at most: a weight column block is reused across them
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// y[r, lane] = Σ_k x[r, k] · wt[k, lane] for the kRows rows at x and Cols adjacent column blocks
+// (Cols · kRows sums in flight), in k order; wt [K, lanes] per column block, the blocks K·lanes
+// apart; y rows np apart.
+template <typename T, int64_t Cols>
+[[gnu::always_inline]] inline void dot_block(const T* x, int64_t K, const T* wt, int64_t np, T* y) {
+  constexpr int64_t L = kLanes<T>;
+  Vec<T> acc[Cols][kRows] = {};
+  for (int64_t k = 0; k < K; ++k)
+#pragma GCC unroll 2
+    for (int64_t j = 0; j < Cols; ++j) {
+      Vec<T> w;
+      std::memcpy(&w, wt + j * K * L + k * L, sizeof w);
+#pragma GCC unroll 4
+      for (int64_t r = 0; r < kRows; ++r) acc[j][r] = acc[j][r] + x[r * K + k] * w;
+    }
+  for (int64_t j = 0; j < Cols; ++j)
+    for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np + j * L, &acc[j][r], sizeof acc[j][r]);
+}
+
+// The release's block-scaled product for kRows rows and Cols adjacent column blocks (Cols · kRows
+// sums in flight): per 32-block b of K, part = Σ_block ac·wc (in k order), then acc += (part ·
+// xs[r, b]) · ws[b, lane], in b order; wc [K, lanes] and ws [K / 32, lanes] per column block, the
+// blocks K·lanes and K / 32·lanes apart; y rows np apart.
+template <int64_t Cols>
+[[gnu::always_inline]] inline void block_scaled_block(const float* ac, const float* xs, int64_t K, const float* wc,
+                                                      const float* ws, int64_t np, float* y) {
+  constexpr int64_t L = kLanes<float>;
+  const int64_t nb = K / kFp8Block;
+  Vec<float> acc[Cols][kRows] = {};
+  for (int64_t b = 0; b < nb; ++b) {
+    Vec<float> part[Cols][kRows] = {};
+    for (int64_t k = b * kFp8Block; k < (b + 1) * kFp8Block; ++k)
+#pragma GCC unroll 2
+      for (int64_t j = 0; j < Cols; ++j) {
+        Vec<float> w;
+        std::memcpy(&w, wc + j * K * L + k * L, sizeof w);
+#pragma GCC unroll 4
+        for (int64_t r = 0; r < kRows; ++r) part[j][r] = part[j][r] + ac[r * K + k] * w;
+      }
+#pragma GCC unroll 2
+    for (int64_t j = 0; j < Cols; ++j) {
+      Vec<float> s;
+      std::memcpy(&s, ws + j * nb * L + b * L, sizeof s);
+#pragma GCC unroll 4
+      for (int64_t r = 0; r < kRows; ++r) acc[j][r] = acc[j][r] + (part[j][r] * xs[r * nb + b]) * s;
     }
   }
+  for (int64_t j = 0; j < Cols; ++j)
+    for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np + j * L, &acc[j][r], sizeof acc[j][r]);
+}
+
+// One panel of rows [m0, m1) (a multiple of kRows) over every column block (V41_KERNEL: compiled
+// per ISA, chosen at load; the OpenMP loop stays outside, as its outlined body would not be cloned).
+template <typename T>
+[[gnu::always_inline]] inline void dot_panel(const T* x, int64_t m0, int64_t m1, int64_t K, const T* wt, int64_t np,
+                                             T* y) {
+  constexpr int64_t L = kLanes<T>;
+  for (int64_t o = 0; o < np; o += 2 * L)
+    for (int64_t m = m0; m < m1; m += kRows) {
+      if (o + L < np)  // two column blocks left
+        dot_block<T, 2>(x + m * K, K, wt + o * K, np, y + m * np + o);
+      else
+        dot_block<T, 1>(x + m * K, K, wt + o * K, np, y + m * np + o);
+    }
+}
+V41_KERNEL void dot_panel_t(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np,
+                            float* y) {
+  dot_panel(x, m0, m1, K, wt, np, y);
+}
+V41_KERNEL void dot_panel_t(const double* x, int64_t m0, int64_t m1, int64_t K, const double* wt, int64_t np,
+                            double* y) {
+  dot_panel(x, m0, m1, K, wt, np, y);
+}
+V41_KERNEL void block_scaled_panel(const float* ac, const float* xs, int64_t m0, int64_t m1, int64_t K, const float* wc,
+                                   const float* ws, int64_t np, float* y) {
+  constexpr int64_t L = kLanes<float>;
+  const int64_t nb = K / kFp8Block;
+  for (int64_t o = 0; o < np; o += 2 * L)
+    for (int64_t m = m0; m < m1; m += kRows) {
+      const float *a = ac + m * K, *s = xs + m * nb, *w = wc + o * K, *v = ws + o * nb;
+      if (o + L < np)  // two column blocks left
+        block_scaled_block<2>(a, s, K, w, v, np, y + m * np + o);
+      else
+        block_scaled_block<1>(a, s, K, w, v, np, y + m * np + o);
+    }
+}
+
+// Runs panel(m0, m1) over the padded rows Mp in panels of at most kPanel rows (fewer when that
+// leaves a thread idle), one thread per panel, in parallel past kParallelWork. The panel
+// size changes only which rows share a pass over the weights, never an output's value.
+template <typename Panel>
+void for_panels(int64_t Mp, int64_t work, Panel panel) {
+  const int64_t threads = work > kParallelWork ? omp_get_max_threads() : 1;
+  const int64_t size = std::min(kPanel, round_up((Mp + threads - 1) / threads, kRows));
+  const int64_t panels = (Mp + size - 1) / size;
+#pragma omp parallel for schedule(static) if (work > kParallelWork)
+  for (int64_t p = 0; p < panels; ++p) panel(p * size, std::min(Mp, (p + 1) * size));
+}
+
+// Rows [M, K] as T, padded with zero rows to a multiple of kRows (the padding rows are dropped).
+template <typename T>
+std::vector<T> padded_rows(std::span<const double> X, int64_t M, int64_t K) {
+  std::vector<T> x(static_cast<size_t>(round_up(M, kRows) * K), T(0));
+  std::copy_n(X.begin(), M * K, x.begin());
+  return x;
+}
+
+// Where (k, o) of a [K, np] matrix lies in the packed layout: column blocks of a vector's lanes,
+// each [K, lanes] contiguous, so that a kernel reads its block's weights in one stream.
+template <typename T>
+size_t packed_at(int64_t k, int64_t o, int64_t K) {
+  const int64_t lane = o % kLanes<T>;
+  return static_cast<size_t>((o - lane) * K + k * kLanes<T> + lane);
+}
+
+// W [Nout, K] as T, transposed and packed (zero columns past Nout).
+template <typename T>
+std::vector<T> transposed(std::span<const double> W, int64_t Nout, int64_t K, int64_t np) {
+  std::vector<T> t(static_cast<size_t>(K * np), T(0));
+  for (int64_t o = 0; o < Nout; ++o)
+    for (int64_t k = 0; k < K; ++k) t[packed_at<T>(k, o, K)] = static_cast<T>(W[static_cast<size_t>(o * K + k)]);
+  return t;
+}
+
+V41Linear::Packed pack_plain(const Arith& a, std::span<const double> W, int64_t Nout, int64_t K) {
+  V41Linear::Packed p;
+  p.f64 = !a.emulate;
+  p.np = round_up(Nout, p.f64 ? kLanes<double> : kLanes<float>);
+  if (p.f64)
+    p.w64 = transposed<double>(W, Nout, K, p.np);
+  else
+    p.w32 = transposed<float>(W, Nout, K, p.np);
+  return p;
+}
+
+// The release regime's FP8/FP4 linear: each weight's code value w / ws (exact: w is the code times
+// a power of two, and the quotient is an FP8 or FP4 value, so fp32 holds it) and each (block, o)'s
+// scale, transposed.
+V41Linear::Packed pack_codes(const V41Linear& w) {
+  const int64_t K = w.in, N = w.out, nb = K / kFp8Block, tiles_in = (K + 31) / 32;
+  V41Linear::Packed p;
+  p.codes = true;
+  p.np = round_up(N, kLanes<float>);
+  p.w32.assign(static_cast<size_t>(K * p.np), 0.0f);
+  p.scale.assign(static_cast<size_t>(nb * p.np), 0.0f);
+  for (int64_t o = 0; o < N; ++o)
+    for (int64_t b = 0; b < nb; ++b) {
+      const double ws = w.kind == V41Linear::Kind::Fp8Tiles ? w.scale[static_cast<size_t>((o / 32) * tiles_in + b)]
+                                                            : w.scale[static_cast<size_t>(o * nb + b)];
+      p.scale[packed_at<float>(b, o, nb)] = static_cast<float>(ws);  // a power of two: exact
+      for (int64_t k = b * kFp8Block; k < (b + 1) * kFp8Block; ++k)
+        p.w32[packed_at<float>(k, o, K)] = static_cast<float>(w.w[static_cast<size_t>(o * K + k)] / ws);
+    }
+  return p;
+}
+
+// The values of the 256 e4m3 codes, from f32_from_e4m3 itself (a lookup copies its bits).
+const std::array<float, 256>& e4m3_values() {
+  static const std::array<float, 256> v = [] {
+    std::array<float, 256> t{};
+    for (size_t c = 0; c < t.size(); ++c) t[c] = f32_from_e4m3(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return v;
+}
+
+bool uses_codes(const Arith& a, const V41Linear& w) { return a.release && w.kind != V41Linear::Kind::Plain; }
+
+V41Linear::Packed pack_for(const Arith& a, const V41Linear& w) {
+  return uses_codes(a, w) ? pack_codes(w) : pack_plain(a, w.w, w.out, w.in);
+}
+
+bool packed_for(const Arith& a, const V41Linear& w) {
+  const V41Linear::Packed& p = w.packed;
+  return p.np > 0 && p.codes == uses_codes(a, w) && p.f64 == (!p.codes && !a.emulate);
+}
+
+// Y from the kernels' output y [Mp, np] (its padding dropped).
+template <typename T>
+void write_out(const Arith& a, const std::vector<T>& y, int64_t M, int64_t Nout, int64_t np, std::span<double> Y,
+               bool out_bf16) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t o = 0; o < Nout; ++o) {
+      const double v = y[static_cast<size_t>(m * np + o)];
+      Y[static_cast<size_t>(m * Nout + o)] = out_bf16 ? a.bf(v) : v;
+    }
+}
+
+template <typename T>
+void run_plain(const Arith& a, std::span<const double> X, int64_t M, int64_t K, const std::vector<T>& wt, int64_t Nout,
+               int64_t np, std::span<double> Y, bool out_bf16) {
+  const std::vector<T> x = padded_rows<T>(X, M, K);
+  const int64_t Mp = round_up(M, kRows);
+  std::vector<T> y(static_cast<size_t>(Mp * np));
+  for_panels(Mp, M * K * Nout,
+             [&](int64_t m0, int64_t m1) { dot_panel_t(x.data(), m0, m1, K, wt.data(), np, y.data()); });
+  write_out(a, y, M, Nout, np, Y, out_bf16);
+}
+
+// Y [M, Nout] = X [M, K] through a packed linear.
+void run_packed(const Arith& a, std::span<const double> X, int64_t M, int64_t K, int64_t Nout,
+                const V41Linear::Packed& p, std::span<double> Y, bool out_bf16) {
+  if (p.f64) return run_plain(a, X, M, K, p.w64, Nout, p.np, Y, out_bf16);
+  if (!p.codes) return run_plain(a, X, M, K, p.w32, Nout, p.np, Y, out_bf16);
+  // act_quant per 32, then the codes' values and the scales per row, decoded once.
+  const int64_t nb = K / kFp8Block, Mp = round_up(M, kRows);
+  std::vector<float> xf(X.begin(), X.end()), xs(static_cast<size_t>(Mp * nb), 0.0f);
+  std::vector<uint8_t> codes(xf.size());
+  act_quant(xf, K, codes, std::span<float>(xs).first(static_cast<size_t>(M * nb)));
+  std::vector<float> ac(static_cast<size_t>(Mp * K), 0.0f), y(static_cast<size_t>(Mp * p.np));
+  const std::array<float, 256>& e4m3 = e4m3_values();
+  for (size_t i = 0; i < codes.size(); ++i) ac[i] = e4m3[codes[i]];
+  for_panels(Mp, M * K * Nout, [&](int64_t m0, int64_t m1) {
+    block_scaled_panel(ac.data(), xs.data(), m0, m1, K, p.w32.data(), p.scale.data(), p.np, y.data());
+  });
+  write_out(a, y, M, Nout, p.np, Y, out_bf16);
+}
+
+}  // namespace
+
+void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std::span<const double> W,
+            int64_t Nout, std::span<double> Y, bool out_bf16) {
+  run_packed(a, X, M, K, Nout, pack_plain(a, W, Nout, K), Y, out_bf16);
 }
 
 void linear_w(const Arith& a, std::span<const double> X, int64_t M, const V41Linear& w, std::span<double> Y,
               bool out_bf16) {
-  if (!a.release || w.kind == V41Linear::Kind::Plain) return linear(a, X, M, w.in, w.w, w.out, Y, out_bf16);
-  const int64_t K = w.in, N = w.out, nb = K / kFp8Block, tiles_in = (K + 31) / 32;
-  std::vector<float> xf(X.begin(), X.end()), xs(static_cast<size_t>(M * nb));
-  std::vector<uint8_t> codes(xf.size());
-  act_quant(xf, K, codes, xs);
-#pragma omp parallel for schedule(static) if (M * K * N > kParallelWork)
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t o = 0; o < N; ++o) {
-      double acc = 0.0;
-      for (int64_t b = 0; b < nb; ++b) {
-        const double ws = w.kind == V41Linear::Kind::Fp8Tiles ? w.scale[static_cast<size_t>((o / 32) * tiles_in + b)]
-                                                              : w.scale[static_cast<size_t>(o * nb + b)];
-        double part = 0.0;
-        for (int64_t k = b * kFp8Block; k < (b + 1) * kFp8Block; ++k) {
-          const double ac = f32_from_e4m3(codes[static_cast<size_t>(m * K + k)]);
-          const double wc = w.w[static_cast<size_t>(o * K + k)] / ws;  // the code's value: exact
-          part = a.add(part, a.mul(ac, wc));
-        }
-        acc = a.add(acc, a.mul(a.mul(part, xs[static_cast<size_t>(m * nb + b)]), ws));
-      }
-      Y[static_cast<size_t>(m * N + o)] = out_bf16 ? a.bf(acc) : acc;
-    }
+  if (packed_for(a, w)) return run_packed(a, X, M, w.in, w.out, w.packed, Y, out_bf16);
+  run_packed(a, X, M, w.in, w.out, pack_for(a, w), Y, out_bf16);
+}
+
+void pack_linear(const Arith& a, V41Linear& w) { w.packed = pack_for(a, w); }
+
+void pack_layer_linears(const Arith& a, V41LayerWeights& w) {
+  for (V41Linear* l : {&w.wq_a, &w.wq_b, &w.wkv, &w.wo_b, &w.compressor_wkv, &w.compressor_wgate, &w.indexer_wq_b,
+                       &w.indexer_weights_proj, &w.indexer_wk, &w.engram_wkv, &w.shared.w1, &w.shared.w2, &w.shared.w3})
+    pack_linear(a, *l);
+  for (V41ExpertWeights& e : w.experts)
+    for (V41Linear* l : {&e.w1, &e.w2, &e.w3}) pack_linear(a, *l);
 }
 
 void rmsnorm(const Arith& a, std::span<double> x, int64_t n, std::span<const double> w, double eps) {

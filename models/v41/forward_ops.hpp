@@ -50,7 +50,9 @@ struct Arith {
 inline constexpr int64_t kParallelWork = 1 << 16;
 
 // Y[M, Nout] = X[M, K] · W[Nout, K]ᵀ, each dot product summed in K order with fp32 (bf16) or double
-// (f64) partials; out_bf16: the result is a bf16 tensor (rounded once at the end).
+// (f64) partials; out_bf16: the result is a bf16 tensor (rounded once at the end). Under bf16 every
+// value of X and W is an fp32 value (as every tensor of the forward is), so the sums run in fp32
+// arithmetic itself: the same bits as the double-then-round of Arith.
 void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std::span<const double> W,
             int64_t Nout, std::span<double> Y, bool out_bf16);
 
@@ -60,6 +62,12 @@ void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std
 // `linear`. out_bf16 as there.
 void linear_w(const Arith& a, std::span<const double> X, int64_t M, const V41Linear& w, std::span<double> Y,
               bool out_bf16);
+
+// Fills w.packed for the regime's kernels (linear_w on a linear not packed for it packs a copy for
+// the call); and every linear of a layer that runs through linear_w (not wo_a and gate, which run
+// through `linear` on their values).
+void pack_linear(const Arith& a, V41Linear& w);
+void pack_layer_linears(const Arith& a, V41LayerWeights& w);
 
 // RMSNorm over rows of n: x * rsqrt(mean(x²) + eps) * w, one bf16 rounding (model.py's RMSNorm with
 // a bf16 input). The mean is the sequential sum of squares divided by n.

@@ -19,6 +19,18 @@ struct V41Linear {
   // [ceil(out/32), ceil(in/32)]) or Fp4Rows (one scale per 32 along K, scale [out, in/32]).
   enum class Kind { Plain, Fp8Tiles, Fp4Rows } kind = Kind::Plain;
   std::vector<double> scale;  // the e8m0 scales' values
+  // The same values in the forward's kernel layout (fwd::pack_linear, once per model), transposed
+  // to [in, np] with np = out rounded up to the kernels' vector, so that their lanes run over
+  // outputs, and stored as contiguous [in, lanes] column blocks: fp32 weights (bf16 regime, or
+  // release on a Plain linear), double weights (f64), or (release on FP8/FP4) the codes' values
+  // with the scale of each (32-block of K, output).
+  struct Packed {
+    int64_t np = 0;
+    bool f64 = false, codes = false;
+    std::vector<float> w32;    // [in, np] fp32 weights or the codes' values
+    std::vector<double> w64;   // [in, np] f64 weights
+    std::vector<float> scale;  // codes: [in / 32, np]
+  } packed;
 };
 
 struct V41ExpertWeights {
