@@ -137,6 +137,7 @@ int run_v41(const V41RunOptions& o) {
   std::printf("config %s (v41 family), %s, weights digest %s\n", c.name.c_str(), source.c_str(), digest.c_str());
   const auto model = make_v41_backend(o.backend, c, ck.weights, regime);
   model->set_options(options);
+  model->set_captures(!o.out.empty());  // only a run file reads them
   v41::V41EngramHashing hashing;
   if (!c.engram_layer_ids.empty()) hashing = {v41::v41_engram_token_map(c), v41::v41_engram_multipliers(c)};
   const double load_s = load_clock.seconds();

@@ -78,6 +78,9 @@ TEST(V41Cli, ACheckpointFolderRunsBitwiseLikeTheBuiltInFromItsSeed) {
   EXPECT_EQ(after(a.out, ", digest "), after(b.out, ", digest "));
   EXPECT_EQ(after(a.out, "argmax "), after(b.out, "argmax "));
   EXPECT_NE(a.out.find("regime release"), std::string::npos) << a.out;
+  // Writing the run file keeps every capture; a run without --out skips copying them: the same bits.
+  const test::Result w = ced("run --config v41-tiny --weight-seed 3 --tokens 9 --out " + (scratch() / "w.h5").string());
+  EXPECT_EQ(after(w.out, ", digest "), after(b.out, ", digest "));
   // Another seed is another model.
   const test::Result c = ced("run --config v41-tiny --weight-seed 4 --tokens 9");
   EXPECT_NE(after(c.out, ", digest "), after(b.out, ", digest "));

@@ -71,20 +71,29 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
   // score[t, j] = Σ_h bf16(relu(bf16(q_th · k_j)) · w_th), the head sum in fp32, then bf16; with
   // --index-scores fp32 (engines whose indexer kernel keeps fp32) none of the three bf16 roundings.
   // The dot products q_th · k_j, each summed over the head dim in order, are one `linear` of the rows
-  // q_th by the keys.
+  // q_th by the keys, taken a chunk of queries at a time and only over the groups the chunk's last
+  // query sees: the others are masked to -inf below whatever they hold, and each dot is its own sum,
+  // so neither the chunking nor the skipping changes a bit.
   const bool fp32_scores = L.options.index_scores == V41IndexScores::fp32;
   auto score_bf = [&](double v) { return fp32_scores ? v : L.a.bf(v); };
-  Vec score(static_cast<size_t>(N * T)), dots(static_cast<size_t>(N * IH * T));
-  linear(L.a, q, N * IH, ID, shared.index_k, T, dots, false);
-  for (int64_t t = 0; t < N; ++t)
-    for (int64_t j = 0; j < T; ++j) {
-      double s = 0.0;
-      for (int64_t h = 0; h < IH; ++h) {
-        const double dot = dots[static_cast<size_t>((t * IH + h) * T + j)];
-        s = L.a.add(s, score_bf(L.a.mul(std::max(score_bf(dot), 0.0), wts[static_cast<size_t>(t * IH + h)])));
+  constexpr int64_t kQueryChunk = 64;
+  Vec score(static_cast<size_t>(N * T), ninf), dots;
+  for (int64_t t0 = 0; t0 < N; t0 += kQueryChunk) {
+    const int64_t tc = std::min(kQueryChunk, N - t0), Tv = std::min(T, (t0 + tc) / r);
+    if (Tv == 0) continue;
+    dots.assign(static_cast<size_t>(tc * IH * Tv), 0.0);
+    linear(L.a, std::span<const double>(q).subspan(static_cast<size_t>(t0 * IH * ID), static_cast<size_t>(tc * IH * ID)),
+           tc * IH, ID, std::span<const double>(shared.index_k).first(static_cast<size_t>(Tv * ID)), Tv, dots, false);
+    for (int64_t t = t0; t < t0 + tc; ++t)
+      for (int64_t j = 0; j < Tv; ++j) {
+        double s = 0.0;
+        for (int64_t h = 0; h < IH; ++h) {
+          const double dot = dots[static_cast<size_t>(((t - t0) * IH + h) * Tv + j)];
+          s = L.a.add(s, score_bf(L.a.mul(std::max(score_bf(dot), 0.0), wts[static_cast<size_t>(t * IH + h)])));
+        }
+        score[static_cast<size_t>(t * T + j)] = score_bf(s);
       }
-      score[static_cast<size_t>(t * T + j)] = score_bf(s);
-    }
+  }
   // A query at t sees the groups complete by t: j < (t + 1) / r.
   for (int64_t t = 0; t < N; ++t)
     for (int64_t j = (t + 1) / r; j < T; ++j) score[static_cast<size_t>(t * T + j)] = ninf;
@@ -101,7 +110,7 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
       if (!shared.candidates[i]) score[i] = ninf;
   }
 
-  cap.index_score = score;
+  if (L.capture) cap.index_score = score;
   const int64_t k = std::min(c.index_topk, T);
   std::vector<int32_t> idx(static_cast<size_t>(N * k));
   for (int64_t t = 0; t < N; ++t) {
@@ -145,7 +154,7 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
     if (L.lp.owns_compressor) {
       latent = compressor(L, x);
       shared.ratio = r;
-      cap.latent = latent;
+      if (L.capture) cap.latent = latent;
     }
     if (L.lp.owns_indexer) {
       if (T == 0) {
@@ -179,10 +188,12 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
   }
   Vec o(static_cast<size_t>(N * H * hd));
   sparse_attn(L.a, q, N, H, hd, kv, L.w.attn_sink, idx, k, std::pow(static_cast<double>(hd), -0.5), o);
-  cap.attn_q = q;
-  cap.attn_kv = kv;
-  cap.attn_idx = idx;
-  cap.attn_o = o;
+  if (L.capture) {
+    cap.attn_q = q;
+    cap.attn_kv = kv;
+    cap.attn_idx = idx;
+    cap.attn_o = o;
+  }
   rope_rows(L, o, N, H, hd, at_t, true);
 
   // The grouped output: o as [N, G, H hd / G], each group through its own [o_lora_rank, H hd / G]

@@ -32,8 +32,9 @@ V41Footprint v41_footprint(const V41Config& config) {
 
 void check_v41_fits_in_memory(const V41Config& c) {
   const V41Footprint f = v41_footprint(c);
-  // The reference holds the stored bytes while it dequantizes, then one double per parameter.
-  const double need = static_cast<double>(f.stored_bytes) + 8.0 * static_cast<double>(f.parameters);
+  // The reference holds the stored bytes while it dequantizes, then one double per parameter and its
+  // linears' packed copy (docs/v41.md §8.1: fp32, or a double under f64): 16 bytes at most.
+  const double need = static_cast<double>(f.stored_bytes) + 16.0 * static_cast<double>(f.parameters);
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   if (c.analytic_only || need > 0.8 * have)
     throw InputError(fmt::format(

@@ -166,16 +166,16 @@ V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> strea
                                  D, hc, N));
   const fwd::Arith a(regime_);
   const fwd::RopeTable rope = layer_rope(a, config_, lp, N, fault_);
-  const fwd::LayerCtx L{c, lp, w, a, rope, N, fault_, options_};
+  const fwd::LayerCtx L{c, lp, w, a, rope, N, fault_, options_, captures_};
   V41LayerCapture cap;
   cap.layer = layer;
   std::vector<double> x(streams.begin(), streams.end());
   if (lp.engram) {
-    cap.engram_in = x;
+    if (captures_) cap.engram_in = x;
     cap.hash_ids.assign(hash_ids.begin(), hash_ids.end());
     fwd::engram_forward(L, x, hash_ids);
   }
-  cap.in = x;
+  if (captures_) cap.in = x;
   cap.pre_mix.assign(pre_mix.begin(), pre_mix.end());
 
   // Attention: its mixes from its input; collapse with the previous sublayer's pre (staggered).
@@ -184,9 +184,9 @@ V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> strea
   const bool same_sublayer = fault_ == V41Fault::mhc_same_sublayer;
   std::vector<double> y = fwd::hc_pre(a, x, same_sublayer ? std::span<const double>(am.pre) : pre_mix, N, hc, D);
   fwd::rmsnorm(a, y, D, w.attn_norm, c.norm_eps);
-  cap.attn_x = y;
+  if (captures_) cap.attn_x = y;
   y = fwd::attention_forward(L, y, shared, cap);
-  cap.attn_out = y;
+  if (captures_) cap.attn_out = y;
   x = fwd::hc_post(a, y, x, am.post, am.comb, N, hc, D);
 
   // FFN: its mixes from the new streams; collapse with this layer's attention pre.
@@ -194,9 +194,9 @@ V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> strea
                                 c.hc_sinkhorn_iters, c.hc_eps);
   y = fwd::hc_pre(a, x, same_sublayer ? fm.pre : am.pre, N, hc, D);
   fwd::rmsnorm(a, y, D, w.ffn_norm, c.norm_eps);
-  cap.ffn_x = y;
+  if (captures_) cap.ffn_x = y;
   y = fwd::moe_forward(L, y, cap);
-  cap.ffn_out = y;
+  if (captures_) cap.ffn_out = y;
   cap.out = fwd::hc_post(a, y, x, fm.post, fm.comb, N, hc, D);
 
   cap.attn_pre = std::move(am.pre);
@@ -213,14 +213,14 @@ std::vector<double> V41Model::attention(int64_t layer, std::span<const double> x
   const fwd::Arith a(regime_);
   const LayerPlan& lp = plan_[layer];
   const fwd::RopeTable rope = layer_rope(a, config_, lp, N, fault_);
-  const fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_, options_};
+  const fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_, options_, captures_};
   return fwd::attention_forward(L, x, shared, cap);
 }
 
 std::vector<double> V41Model::moe(int64_t layer, std::span<const double> x, int64_t N, V41LayerCapture& cap) const {
   const fwd::Arith a(regime_);
   const fwd::RopeTable none;
-  const fwd::LayerCtx L{config_, plan_[layer], *layers_[static_cast<size_t>(layer)], a, none, N, fault_, options_};
+  const fwd::LayerCtx L{config_, plan_[layer], *layers_[static_cast<size_t>(layer)], a, none, N, fault_, options_, captures_};
   return fwd::moe_forward(L, x, cap);
 }
 
@@ -260,7 +260,7 @@ V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41Eng
       ++engram_index;
     }
     V41LayerCapture cap = run_layer(lp.layer, h, pre, N, ids, shared);
-    h = cap.out;
+    h = captures_ ? cap.out : std::move(cap.out);
     pre = cap.ffn_pre;
     out.layers.push_back(std::move(cap));
   }

@@ -130,6 +130,9 @@ class V41Model {
   // The switches of what the release leaves open, for every later forward.
   void set_options(const V41Options& o) { options_ = o; }
   const V41Options& options() const { return options_; }
+  // Whether a forward keeps every capture (the default; run files and the gate read them) or only the
+  // small ones (selections, experts, the mixes): a run that writes none skips copying the rest.
+  void set_captures(bool all) { captures_ = all; }
   // Plants a negative control (V41Fault) in every later forward; none removes it.
   void set_fault(V41Fault f) { fault_ = f; }
   V41Fault fault() const { return fault_; }
@@ -167,6 +170,7 @@ class V41Model {
   V41Regime regime_;
   V41Fault fault_ = V41Fault::none;
   V41Options options_;
+  bool captures_ = true;
   std::vector<double> embed_, norm_, head_;
   std::vector<std::unique_ptr<V41LayerWeights>> layers_;
 };

@@ -168,6 +168,7 @@ struct LayerCtx {
   int64_t N;
   V41Fault fault = V41Fault::none;  // a planted negative control (forward.hpp)
   V41Options options = {};          // the switches of what the release leaves open (forward.hpp)
+  bool capture = true;              // copy the large captures (V41Model::set_captures)
 };
 
 // The indices of the k largest values (unsorted order aside, as torch_topk): with torch ties, exactly

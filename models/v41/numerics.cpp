@@ -52,15 +52,6 @@ constexpr float kE2m1Values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f
 
 // ---- bf16 ----
 
-uint16_t bf16_from_f32(float x) {
-  const uint32_t u = bits_of(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN
-  // Round to nearest even on the 16 dropped bits: add just under half, plus the kept lsb.
-  const uint32_t lsb = (u >> 16) & 1u;
-  return static_cast<uint16_t>((u + 0x7FFFu + lsb) >> 16);
-}
-
-float f32_from_bf16(uint16_t b) { return float_of(static_cast<uint32_t>(b) << 16); }
 
 // ---- e4m3fn: 1 sign, 4 exponent bits (bias 7), 3 mantissa bits; no infinity; S.1111.111 is NaN.
 

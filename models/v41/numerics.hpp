@@ -6,6 +6,7 @@
 // the build host. Values said to be "bf16 values" are floats that a bf16 holds exactly: the release
 // quantizes bf16 tensors, so the quantizers take them in fp32, as the release's kernels widen them.
 #include <cstddef>
+#include <bit>
 #include <cstdint>
 #include <span>
 
@@ -16,8 +17,15 @@ namespace ced::v41 {
 // fp32 -> bf16 bits: round to nearest, ties to even (an overflow becomes ±inf, as IEEE says). A NaN
 // stays a NaN: its sign and top payload bits are kept and the quiet bit is set, so a NaN whose
 // payload lies only in the low 16 bits does not turn into an infinity.
-uint16_t bf16_from_f32(float x);
-float f32_from_bf16(uint16_t b);  // exact
+// Inline: the reference rounds to bf16 after most of its ops.
+inline uint16_t bf16_from_f32(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN
+  // Round to nearest even on the 16 dropped bits: add just under half, plus the kept lsb.
+  const uint32_t lsb = (u >> 16) & 1u;
+  return static_cast<uint16_t>((u + 0x7FFFu + lsb) >> 16);
+}
+inline float f32_from_bf16(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }  // exact
 inline float round_bf16(float x) { return f32_from_bf16(bf16_from_f32(x)); }
 
 // ---- float8 e4m3fn (docs/v41.md §2.2) ----------------------------------------------------------
