@@ -148,6 +148,48 @@ TEST(V41Cli, TheRunFileReaderRefusesAnotherFormatAndAShapeThatIsNotTheConfigs) {
   }
   std::ofstream(scratch() / "not.h5") << "not hdf5";
   EXPECT_THROW(read_v41_run_file(scratch() / "not.h5"), InputError);
+  // Another format, another version, a token outside the vocabulary: each named.
+  auto edited = [&](const char* name, auto&& edit) {
+    const fs::path p = scratch() / name;
+    EXPECT_EQ(ced("run --config v41-tiny --tokens 3 --out " + p.string()).code, 0);
+    const hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    edit(f);
+    H5Fclose(f);
+    return p;
+  };
+  auto refused = [&](const fs::path& p, const std::string& words) {
+    try {
+      read_v41_run_file(p);
+      ADD_FAILURE() << p << " was read";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  auto set_string = [](hid_t f, const char* attr, const char* value) {
+    H5Adelete(f, attr);
+    const hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    const hid_t sp = H5Screate(H5S_SCALAR);
+    const hid_t a = H5Acreate2(f, attr, t, sp, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(a, t, &value);
+    H5Aclose(a), H5Sclose(sp), H5Tclose(t);
+  };
+  refused(edited("fmt.h5", [&](hid_t f) { set_string(f, "format", "ced-harness"); }), "format 'ced-harness'");
+  refused(edited("ver.h5", [&](hid_t f) {
+            const int64_t v = 2;
+            const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+            H5Awrite(a, H5T_NATIVE_INT64, &v);
+            H5Aclose(a);
+          }),
+          "format_version 2");
+  refused(edited("tok.h5", [&](hid_t f) {
+            const int64_t t[3] = {1, 2, 4096};
+            const hid_t d = H5Dopen2(f, "/tokens", H5P_DEFAULT);
+            H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, t);
+            H5Dclose(d);
+          }),
+          "token 2 is 4096");
+  refused(edited("regime.h5", [&](hid_t f) { set_string(f, "regime", "fp16"); }), "v41 regime 'fp16'");
 }
 
 TEST(V41Cli, BadInputIsOneLineAndExit2) {

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <algorithm>
 #include <map>
 #include <set>
@@ -185,5 +186,80 @@ TEST(V41Switches, Fp32IndexScoresAreNotBf16ValuesAndDefaultOnesAre) {
   EXPECT_EQ(off_grid(def.layers[1].index_score), 0);
   EXPECT_GT(off_grid(f32.layers[1].index_score), 0);
 }
+
+}  // namespace
+
+namespace {
+
+// Each budget of the gate breaks on a planted difference in the official file (docs/v41.md §12.4):
+// the official run file is edited in memory, our reference is the same, and the first broken budget
+// is the edited tensor's.
+struct Plant {
+  const char* name;
+  std::function<void(V41RunFile&)> edit;
+  int64_t layer;
+  const char* kind;
+  const char* why;  // a word of the failure message
+};
+
+class V41GatePlant : public ::testing::TestWithParam<Plant> {};
+
+TEST_P(V41GatePlant, BreaksTheBudgetOfTheEditedTensor) {
+  const Plant& p = GetParam();
+  const Loaded& l = load("tiny-fp8-n17.h5");
+  V41RunFile f = l.file;
+  p.edit(f);
+  const V41Model model(l.checkpoint.config, l.checkpoint.weights, f.regime);
+  const V41Agreement a = v41_agreement(model, f);
+  const V41TensorAgreement* x = a.first_failure();
+  ASSERT_NE(x, nullptr) << p.name;
+  EXPECT_EQ(x->layer, p.layer) << x->kind << ": " << x->failure;
+  EXPECT_EQ(x->kind, p.kind) << x->failure;
+  EXPECT_NE(x->failure.find(p.why), std::string::npos) << x->failure;
+}
+
+double& at(std::vector<double>& v, size_t i) { return v.at(i); }
+// One step of `bits` significant bits at the value (bits 8: one bf16 ulp).
+double step(double v, int bits) {
+  int e = 0;
+  std::frexp(v, &e);
+  return std::ldexp(1.0, e - bits);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Budgets, V41GatePlant,
+    ::testing::Values(
+        Plant{"attn_x", [](V41RunFile& f) { at(f.result.layers[2].attn_x, 5) += 4 * step(f.result.layers[2].attn_x[5], 8); },
+              2, "attn_x", "bf16 ulps"},
+        Plant{"attn_out", [](V41RunFile& f) { at(f.result.layers[1].attn_out, 7) += 0.5; }, 1, "attn_out (forced x)",
+              "bf16 ulps"},
+        Plant{"ffn_out bitwise", [](V41RunFile& f) {
+                // one bf16 ulp on 10 % of the elements: within the ulp budget, not the bitwise one
+                auto& v = f.result.layers[3].ffn_out;
+                for (size_t i = 0; i < v.size(); i += 10) v[i] += step(v[i], 8);
+              },
+              3, "ffn_out (forced x)", "bitwise"},
+        Plant{"expert weights", [](V41RunFile& f) { at(f.result.layers[0].expert_weights, 0) *= 1 + 0x1p-18; }, 0,
+              "expert_weights (forced x)", "fp32 ulps"},
+        Plant{"ffn_pre", [](V41RunFile& f) { at(f.result.layers[2].pre_mix, 3) += 0.01; }, 1, "ffn_pre", "max |d|"},
+        Plant{"selection order", [](V41RunFile& f) {
+                auto& v = f.result.layers[1].topk_idxs;  // row 16 holds more than one position
+                const size_t k = static_cast<size_t>(f.result.layers[1].topk), r = 16 * k;
+                std::swap(v.at(r), v.at(r + 1));
+              },
+              1, "topk_idxs (forced x)", "of rows"},
+        Plant{"experts", [](V41RunFile& f) { auto& e = f.result.layers[4].experts; e.at(0) = e.at(0) == 0 ? 1 : 0; }, 4,
+              "experts (forced x)", "of rows"},
+        Plant{"logits", [](V41RunFile& f) { at(f.result.logits, 100) += 0.25; }, -1, "logits (forced collapsed)",
+              "bf16 ulps"},
+        Plant{"hash ids", [](V41RunFile& f) { f.result.layers[0].hash_ids.at(3) += 1; }, 0, "hash_ids", "of rows"},
+        Plant{"shape", [](V41RunFile& f) { f.result.layers[5].attn_out.pop_back(); }, 5, "attn_out (forced x)",
+              "values here"}),
+    [](const auto& info) {
+      std::string n = info.param.name;
+      for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
 
 }  // namespace

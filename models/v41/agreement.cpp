@@ -153,10 +153,24 @@ void teacher_forced(Gate& g) {
   const V41Config& c = m.config();
   const V41RunFile& off = g.off;
   const int64_t N = off.result.N, L = c.n_layers;
+  // Our hash ids from the prompt, judged before each Engram layer consumes the official's.
+  V41EngramHashing hashing;
+  if (!c.engram_layer_ids.empty()) hashing = {v41_engram_token_map(c), v41_engram_multipliers(c)};
+  const std::vector<int64_t> ids = m.engram_hash_ids(off.tokens, hashing);
+  const int64_t n_engram = static_cast<int64_t>(c.engram_layer_ids.size());
+  const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
+  int64_t engram_index = 0;
   V41SharedAttention shared;
   for (int64_t l = 0; l < L; ++l) {
     const LayerPlan& lp = m.plan()[l];
     const V41LayerCapture& o = off.result.layers[static_cast<size_t>(l)];
+    if (lp.engram) {
+      std::vector<int64_t> ours(static_cast<size_t>(N * cols));
+      for (int64_t t = 0; t < N; ++t)
+        std::copy_n(ids.begin() + (t * n_engram + engram_index) * cols, cols, ours.begin() + t * cols);
+      ++engram_index;
+      g.lists(l, "hash_ids", ours, o.hash_ids, {}, 0);
+    }
     if (official_input(off, m.plan(), l).empty() || o.pre_mix.empty())
       throw InputError(fmt::format("v41 gate: the run file has no input streams or pre_mix for layer {}", l));
     const V41SharedAttention before = shared;
@@ -209,7 +223,7 @@ void end_to_end(Gate& g) {
   V41EngramHashing hashing;
   if (!c.engram_layer_ids.empty()) hashing = {v41_engram_token_map(c), v41_engram_multipliers(c)};
   const std::vector<int64_t>& tokens = g.off.tokens;
-  // The rotary tables and the hash ids depend on the config and the prompt alone.
+  // The rotary tables depend on the config and the prompt length alone.
   const fwd::Arith a(m.regime());
   for (const auto& [kind, yarn] : {std::pair{"swa", false}, std::pair{"compressed", true}}) {
     const auto t = fwd::rope_table(a, c.rope_head_dim, g.off.result.N, yarn ? c.original_seq_len : 0,
@@ -221,7 +235,6 @@ void end_to_end(Gate& g) {
   const V41ForwardResult r = m.forward(tokens, hashing);
   for (const auto& ours : r.layers) {
     const V41LayerCapture& o = g.off.result.layers[static_cast<size_t>(ours.layer)];
-    if (m.plan()[ours.layer].engram) g.lists(ours.layer, "hash_ids", ours.hash_ids, o.hash_ids, {}, 0);
     g.values(ours.layer, "in (end to end)", ours.in, o.in);
     if (m.plan()[ours.layer].owns_indexer)
       g.lists(ours.layer, "topk_idxs (end to end)", ours.topk_idxs, o.topk_idxs, ours.index_score, g.off.result.N);
