@@ -101,27 +101,30 @@ const BackendEntry& backend_entry(const std::string& name) {
   throw InputError(fmt::format("--backend: '{}' is not one of {}", name, names));
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, const Config& c, uint64_t weight_seed) {
+namespace {
+
+// The entry of `name` for a config of `family`: InputError for an unknown name or one of another
+// family, NotSupported when it cannot run here.
+const BackendEntry& runnable_entry(const std::string& name, const std::string& family, const std::string& config) {
   const BackendEntry& e = backend_entry(name);
-  if (e.family != "lab")
-    throw InputError(fmt::format("--backend {}: it computes the {} model family; config {} is a lab config (its "
+  if (e.family != family)
+    throw InputError(fmt::format("--backend {}: it computes the {} model family; config {} is a {} config (its "
                                  "backends: {})",
-                                 name, e.family, c.name, fmt::join(backend_names_of_family("lab"), ", ")));
+                                 name, e.family, config, family, fmt::join(backend_names_of_family(family), ", ")));
   if (const std::string why = e.unavailable_reason(); !why.empty())
     throw NotSupported(fmt::format("backend {}: {}", name, why));
-  return e.factory(c, weight_seed);
+  return e;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const Config& c, uint64_t weight_seed) {
+  return runnable_entry(name, "lab", c.name).factory(c, weight_seed);
 }
 
 std::unique_ptr<v41::V41Model> make_v41_backend(const std::string& name, const v41::V41Config& c,
                                                 const SafetensorsFile& weights, v41::V41Regime regime) {
-  const BackendEntry& e = backend_entry(name);
-  if (e.family != "v41")
-    throw InputError(fmt::format("--backend {}: it computes the {} model family; config {} is a v41 config (its "
-                                 "backends: {})",
-                                 name, e.family, c.name, fmt::join(backend_names_of_family("v41"), ", ")));
-  if (const std::string why = e.unavailable_reason(); !why.empty())
-    throw NotSupported(fmt::format("backend {}: {}", name, why));
-  return e.v41_factory(c, weights, regime);
+  return runnable_entry(name, "v41", c.name).v41_factory(c, weights, regime);
 }
 
 void check_fits_in_memory(const Config& c, int64_t n_positions, const std::string& backend) {

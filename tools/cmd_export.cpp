@@ -34,15 +34,11 @@ Runner add_export(CLI::App& app) {
   sub->add_option("--out", o->out, "output file (a v41 config: the folder)")->required()->check(non_empty());
   return {sub, [o, sub] {
             if (names_v41_family(o->model.config)) {
-              for (const char* lab_only : {"--dtype", "--format", "--tokens", "--token-seed", "--set"})
-                if (sub->count(lab_only) > 0)
-                  throw InputError(fmt::format("{}: the lab family's option; a v41 export writes the release's "
-                                               "dtypes and no prompt",
-                                               lab_only));
+              refuse_given(sub, {"--dtype", "--format", "--tokens", "--token-seed", "--set"},
+                           "the lab family's option; a v41 export writes the release's dtypes and no prompt");
               return export_v41({o->model.config, o->model.weight_seed, o->out, o->shard_bytes, o->boost});
             }
-            if (sub->count("--shard-bytes") > 0) throw InputError("--shard-bytes: only a v41 export is sharded");
-            if (sub->count("--boost") > 0) throw InputError("--boost: only for a v41 export");
+            refuse_given(sub, {"--shard-bytes", "--boost"}, "only for a v41 export");
             WeightsExport e;
             e.config = o->model.load();
             e.weight_seed = o->model.weight_seed;

@@ -85,11 +85,10 @@ Runner add_run(CLI::App& app) {
             if (v41) {
               if (!o->checkpoint.empty() && sub->count("--config") > 0)
                 throw InputError("--checkpoint: a folder carries its config; give --checkpoint or --config, not both");
-              for (const char* lab_only : {"--mode", "--replay", "--prefix", "--resume-replay", "--decode", "--capture",
-                                           "--logits", "--weights", "--run", "--cache-in", "--cache-out", "--fault",
-                                           "--set"})
-                if (sub->count(lab_only) > 0)
-                  throw InputError(fmt::format("{}: not for a v41 run (a full prefill; docs/v41.md §12)", lab_only));
+              refuse_given(sub,
+                           {"--mode", "--replay", "--prefix", "--resume-replay", "--decode", "--capture", "--logits",
+                            "--weights", "--run", "--cache-in", "--cache-out", "--fault", "--set"},
+                           "not for a v41 run (a full prefill; docs/v41.md §12)");
               if ((sub->count("--tokens") > 0) == !o->token_file.empty())
                 throw InputError("--tokens or --token-file: a v41 run takes exactly one");
               if (!o->checkpoint.empty() && sub->count("--weight-seed") > 0)
@@ -108,10 +107,8 @@ Runner add_run(CLI::App& app) {
               r.out = o->out;
               return run_v41(r);
             }
-            for (const char* v41_only : {"--checkpoint", "--regime", "--token-file", "--topk-ties", "--index-scores"})
-              if (sub->count(v41_only) > 0)
-                throw InputError(fmt::format("{}: an option of the v41 family; config {} is a lab config", v41_only,
-                                             o->model.config));
+            refuse_given(sub, {"--checkpoint", "--regime", "--token-file", "--topk-ties", "--index-scores"},
+                         fmt::format("an option of the v41 family; config {} is a lab config", o->model.config));
             if (sub->count("--tokens") == 0) throw InputError("--tokens is required");
             if (o->out.empty()) throw InputError("--out is required");
             const Config c = o->model.load();

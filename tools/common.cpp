@@ -59,6 +59,11 @@ CLI::Validator non_empty() {
                         "TEXT");
 }
 
+void refuse_given(const CLI::App* sub, std::initializer_list<const char*> options, const std::string& why) {
+  for (const char* o : options)
+    if (sub->count(o) > 0) throw InputError(fmt::format("{}: {}", o, why));
+}
+
 CLI::Validator backend_name() {
   return CLI::Validator(
       [](std::string& name) -> std::string {

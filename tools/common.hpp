@@ -32,6 +32,10 @@ inline constexpr int64_t kMaxLength = int64_t(1) << 30;
 // bounded, --policy '' = exact, --cache-in '' = no cache): refused.
 CLI::Validator non_empty();
 
+// InputError "OPTION: why" for the first of `options` given on the command line: an option that
+// means nothing for this run (the other model family's).
+void refuse_given(const CLI::App* sub, std::initializer_list<const char*> options, const std::string& why);
+
 // --backend: one of backend_names() (checked when parsed, before any work).
 CLI::Validator backend_name();
 

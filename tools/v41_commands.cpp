@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <bit>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -72,12 +71,8 @@ std::vector<int64_t> v41_tokens(const V41RunOptions& o, const v41::V41Config& c)
 
 // FNV-1a 64 of the logits as fp32 bytes: the summary's fingerprint of a run, equal for equal bits.
 std::string logits_digest(const std::vector<double>& logits) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (double v : logits) {
-    const uint32_t b = std::bit_cast<uint32_t>(static_cast<float>(v));
-    for (int i = 0; i < 4; ++i) h = (h ^ ((b >> (8 * i)) & 0xFF)) * 0x100000001B3ull;
-  }
-  return fmt::format("{:016x}", h);
+  const std::vector<float> f(logits.begin(), logits.end());
+  return fmt::format("{:016x}", fnv1a64(std::string_view(reinterpret_cast<const char*>(f.data()), f.size() * sizeof(float))));
 }
 
 }  // namespace
@@ -90,18 +85,7 @@ int export_v41(const V41ExportOptions& o) {
   v41::check_v41_fits_in_memory(c);
   std::printf("config %s (v41 family), weight_seed %llu\n", c.name.c_str(), (unsigned long long)o.weight_seed);
   v41::V41Checkpoint ck = v41::make_v41_random_checkpoint(c, o.weight_seed);
-  for (const auto& b : o.boost) {
-    const auto eq = b.find('=');
-    int k = 0;
-    try {
-      k = eq == std::string::npos ? 0 : std::stoi(b.substr(eq + 1));
-    } catch (const std::exception&) {
-      k = 0;
-    }
-    if (k == 0) throw InputError(fmt::format("--boost: '{}' is not TENSOR=K with an integer K != 0", b));
-    v41::boost_v41_weight(ck, b.substr(0, eq), k);
-    std::printf("boosted %s by 2^%d\n", b.substr(0, eq).c_str(), k);
-  }
+  for (const auto& b : o.boost) v41::apply_v41_boost(ck, b);
   v41::V41WriteOptions w;
   if (o.shard_bytes > 0) w.shard_bytes = o.shard_bytes;
   const auto files = v41::write_v41_checkpoint(o.out, ck, w);
@@ -138,8 +122,7 @@ int run_v41(const V41RunOptions& o) {
   const auto model = make_v41_backend(o.backend, c, ck.weights, regime);
   model->set_options(options);
   model->set_captures(!o.out.empty());  // only a run file reads them
-  v41::V41EngramHashing hashing;
-  if (!c.engram_layer_ids.empty()) hashing = {v41::v41_engram_token_map(c), v41::v41_engram_multipliers(c)};
+  const v41::V41EngramHashing hashing = v41::v41_checkpoint_hashing(c);
   const double load_s = load_clock.seconds();
   const int64_t N = static_cast<int64_t>(tokens.size());
   std::printf("backend %s, regime %s, top-k ties %s, index scores %s, N = %lld (%s)\n", o.backend.c_str(),

@@ -174,7 +174,7 @@ TEST(V41Switches, LowestIndexTiesTakeTheLowerPositionFirstAndNanAboveEverything)
 TEST(V41Switches, Fp32IndexScoresAreNotBf16ValuesAndDefaultOnesAre) {
   const Loaded& l = load("tiny-fp8-n40.h5");
   V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
-  V41EngramHashing h{v41_engram_token_map(l.checkpoint.config), v41_engram_multipliers(l.checkpoint.config)};
+  const V41EngramHashing h = v41_checkpoint_hashing(l.checkpoint.config);
   auto off_grid = [](const std::vector<double>& v) {
     int64_t n = 0;
     for (double x : v) n += std::isfinite(x) && static_cast<double>(round_bf16(static_cast<float>(x))) != x;

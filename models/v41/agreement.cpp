@@ -112,6 +112,7 @@ void judge(V41TensorAgreement& r) {
 struct Gate {
   const V41Model& model;
   const V41RunFile& off;
+  V41EngramHashing hashing;  // the checkpoint's (v41_checkpoint_hashing)
   V41Agreement out;
   std::string pass;
 
@@ -123,7 +124,7 @@ struct Gate {
     r.kind = kind;
     return r;
   }
-  // row_len > 0: an activation, its bf16 ulps in spacings of each row's RMS (Budget).
+  // row_len > 0: an activation, its bf16 ulps in spacings of max(|element|, its row's RMS) (Budget).
   void values(int64_t layer, const std::string& kind, std::span<const double> ours, std::span<const double> official,
               int64_t row_len = 0) {
     if (official.empty()) return;  // not captured
@@ -154,31 +155,20 @@ void teacher_forced(Gate& g) {
   const V41RunFile& off = g.off;
   const int64_t N = off.result.N, L = c.n_layers;
   // Our hash ids from the prompt, judged before each Engram layer consumes the official's.
-  V41EngramHashing hashing;
-  if (!c.engram_layer_ids.empty()) hashing = {v41_engram_token_map(c), v41_engram_multipliers(c)};
-  const std::vector<int64_t> ids = m.engram_hash_ids(off.tokens, hashing);
-  const int64_t n_engram = static_cast<int64_t>(c.engram_layer_ids.size());
-  const int64_t cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
+  const std::vector<int64_t> ids = m.engram_hash_ids(off.tokens, g.hashing);
   int64_t engram_index = 0;
   V41SharedAttention shared;
   for (int64_t l = 0; l < L; ++l) {
     const LayerPlan& lp = m.plan()[l];
     const V41LayerCapture& o = off.result.layers[static_cast<size_t>(l)];
-    if (lp.engram) {
-      std::vector<int64_t> ours(static_cast<size_t>(N * cols));
-      for (int64_t t = 0; t < N; ++t)
-        std::copy_n(ids.begin() + (t * n_engram + engram_index) * cols, cols, ours.begin() + t * cols);
-      ++engram_index;
-      g.lists(l, "hash_ids", ours, o.hash_ids, {}, 0);
-    }
+    if (lp.engram) g.lists(l, "hash_ids", m.engram_layer_hash_ids(ids, N, engram_index++), o.hash_ids, {}, 0);
     if (official_input(off, m.plan(), l).empty() || o.pre_mix.empty())
       throw InputError(fmt::format("v41 gate: the run file has no input streams or pre_mix for layer {}", l));
-    const V41SharedAttention before = shared;
+    V41SharedAttention forced = shared;  // the state the layer starts from, for its attention alone
     const V41LayerCapture ours = m.run_layer(l, official_input(off, m.plan(), l), o.pre_mix, N, o.hash_ids, shared);
     if (lp.engram) g.values(l, "in", ours.in, o.in, c.dim);
     g.values(l, "attn_x", ours.attn_x, o.attn_x, c.dim);
     // Each sublayer on the official's own input: its differences are its own.
-    V41SharedAttention forced = before;
     V41LayerCapture sa;
     const std::vector<double> ao = m.attention(l, o.attn_x, N, forced, sa);
     g.values(l, "attn_q (forced x)", sa.attn_q, o.attn_q, c.head_dim);
@@ -220,8 +210,6 @@ void end_to_end(Gate& g) {
   g.pass = "end to end";
   const V41Model& m = g.model;
   const V41Config& c = m.config();
-  V41EngramHashing hashing;
-  if (!c.engram_layer_ids.empty()) hashing = {v41_engram_token_map(c), v41_engram_multipliers(c)};
   const std::vector<int64_t>& tokens = g.off.tokens;
   // The rotary tables depend on the config and the prompt length alone.
   const fwd::Arith a(m.regime());
@@ -232,7 +220,7 @@ void end_to_end(Gate& g) {
     if (cos != g.off.rope.end()) g.values(-1, "rope", t.cos, cos->second);
     if (sin != g.off.rope.end()) g.values(-1, "rope", t.sin, sin->second);
   }
-  const V41ForwardResult r = m.forward(tokens, hashing);
+  const V41ForwardResult r = m.forward(tokens, g.hashing);
   for (const auto& ours : r.layers) {
     const V41LayerCapture& o = g.off.result.layers[static_cast<size_t>(ours.layer)];
     g.values(ours.layer, "in (end to end)", ours.in, o.in);
@@ -321,7 +309,7 @@ V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official) {
     throw InputError("v41 gate: the reference run file was made with non-default switches; the official code has none");
   if (static_cast<int64_t>(official.result.layers.size()) != model.config().n_layers)
     throw InputError("v41 gate: the run file's layers are not the model's");
-  Gate g{model, official, {}, ""};
+  Gate g{model, official, v41_checkpoint_hashing(model.config()), {}, ""};
   teacher_forced(g);
   end_to_end(g);
   return std::move(g.out);
@@ -332,11 +320,7 @@ V41Checkpoint v41_golden_checkpoint(const V41RunFile& f) {
   V41Checkpoint ck = make_v41_random_checkpoint(v41_builtin_config(f.config.name), *f.weight_seed);
   if (const auto b = f.provenance.find("boost"); b != f.provenance.end()) {
     std::stringstream list(b->second);
-    for (std::string item; std::getline(list, item, ',');) {
-      const size_t eq = item.find('=');
-      if (eq == std::string::npos) throw InputError(fmt::format("v41 golden: boost '{}' is not TENSOR=K", item));
-      boost_v41_weight(ck, item.substr(0, eq), std::stoi(item.substr(eq + 1)));
-    }
+    for (std::string item; std::getline(list, item, ',');) apply_v41_boost(ck, item);
   }
   if (const std::string d = v41_weights_digest(ck.weights); d != f.weights_digest)
     throw InputError(fmt::format("v41 golden: the regenerated weights have digest {}, the file's are {}", d,

@@ -10,6 +10,7 @@
 
 #include "io/safetensors.hpp"
 #include "models/v41/config.hpp"
+#include "models/v41/forward.hpp"
 #include "models/v41/plan.hpp"
 
 namespace ced::v41 {
@@ -64,6 +65,9 @@ V41Checkpoint make_v41_random_checkpoint(const V41Config& c, uint64_t seed);
 std::vector<int64_t> v41_engram_token_map(const V41Config& c);
 // tokenizer.json's text: a byte-level BPE whose id 2k decodes to "tok{k}" and 2k+1 to "  TOK{k}".
 std::string v41_stub_tokenizer_json(const V41Config& c);
+// How a checkpoint folder's token ids become Engram hash ids: the stub token map above and engram.py's
+// multipliers (forward.hpp); empty without Engram layers.
+V41EngramHashing v41_checkpoint_hashing(const V41Config& c);
 // With Engram on, engram_compressed_vocab_size must be the stub map's ceil(vocab_size / 2).
 void check_v41_token_map_size(const V41Config& c, const std::string& origin);
 // tokenizer.json's text must parse to v41_stub_tokenizer_json(c); the refusal names the first
@@ -108,6 +112,9 @@ void check_v41_weights(const V41Checkpoint& ckpt, const std::string& origin);
 // pre-activations above swiglu_limit, which the random weights never reach: a control of the clamp
 // needs an expert this hot (`ced export --boost`, the golden file *-hot.h5).
 void boost_v41_weight(V41Checkpoint& ckpt, const std::string& weight, int k);
+// The same from its text "TENSOR=K" (K a nonzero integer), as `ced export --boost` and a golden file's
+// provenance write it; InputError "--boost: ..." for another form. Prints nothing.
+void apply_v41_boost(V41Checkpoint& ckpt, const std::string& spec);
 
 // ---- footprint and digest (docs/v41.md §11.7) -------------------------------------------------------
 

@@ -63,6 +63,20 @@ void boost_v41_weight(V41Checkpoint& ckpt, const std::string& weight, int k) {
   throw InputError(fmt::format("--boost: '{}' has no scale tensor '{}'", weight, scale));
 }
 
+void apply_v41_boost(V41Checkpoint& ckpt, const std::string& spec) {
+  const size_t eq = spec.find('=');
+  int k = 0;
+  size_t used = 0;
+  try {
+    if (eq != std::string::npos) k = std::stoi(spec.substr(eq + 1), &used);
+  } catch (const std::exception&) {
+    k = 0;
+  }
+  if (k == 0 || eq + 1 + used != spec.size())
+    throw InputError(fmt::format("--boost: '{}' is not TENSOR=K with an integer K != 0", spec));
+  boost_v41_weight(ckpt, spec.substr(0, eq), k);
+}
+
 std::string v41_weights_digest(const SafetensorsFile& f) {
   uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a 64
   auto mix = [&](const void* p, size_t n) {

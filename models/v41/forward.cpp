@@ -240,11 +240,18 @@ void V41Model::head_collapsed(std::span<const double> collapsed, int64_t N, V41F
   fwd::linear(a, out.final_normed, N, D, head_, V, out.logits, false);  // fp32 head, fp32 logits
 }
 
+std::vector<int64_t> V41Model::engram_layer_hash_ids(std::span<const int64_t> ids, int64_t N, int64_t index) const {
+  const int64_t nl = static_cast<int64_t>(config_.engram_layer_ids.size());
+  const int64_t cols = (config_.engram_max_ngram_size - 1) * config_.engram_n_heads;
+  std::vector<int64_t> out(static_cast<size_t>(N * cols));
+  for (int64_t t = 0; t < N; ++t)
+    std::copy_n(ids.begin() + (t * nl + index) * cols, cols, out.begin() + t * cols);
+  return out;
+}
+
 V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41EngramHashing& hashing) const {
   const int64_t N = static_cast<int64_t>(tokens.size());
   if (N == 0) throw InputError("v41 forward: an empty prompt");
-  const int64_t nl = static_cast<int64_t>(config_.engram_layer_ids.size());
-  const int64_t cols = (config_.engram_max_ngram_size - 1) * config_.engram_n_heads;
   const std::vector<int64_t> hashes = engram_hash_ids(tokens, hashing);
   V41ForwardResult out;
   out.N = N;
@@ -253,12 +260,7 @@ V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41Eng
   int64_t engram_index = 0;
   for (const LayerPlan& lp : plan_.layers) {
     std::vector<int64_t> ids;
-    if (lp.engram) {
-      ids.resize(static_cast<size_t>(N * cols));
-      for (int64_t t = 0; t < N; ++t)
-        std::copy_n(hashes.begin() + (t * nl + engram_index) * cols, cols, ids.begin() + t * cols);
-      ++engram_index;
-    }
+    if (lp.engram) ids = engram_layer_hash_ids(hashes, N, engram_index++);
     V41LayerCapture cap = run_layer(lp.layer, h, pre, N, ids, shared);
     h = captures_ ? cap.out : std::move(cap.out);
     pre = cap.ffn_pre;

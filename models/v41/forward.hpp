@@ -139,6 +139,8 @@ class V41Model {
 
   // Hash ids for the prompt: [N, n_engram_layers, (max_ngram_size - 1) * engram_n_heads].
   std::vector<int64_t> engram_hash_ids(std::span<const int64_t> tokens, const V41EngramHashing& h) const;
+  // Engram layer number `index` (0 for the first Engram layer)'s columns of those: [N, cols].
+  std::vector<int64_t> engram_layer_hash_ids(std::span<const int64_t> ids, int64_t N, int64_t index) const;
 
   // The whole prefill. tokens: [N] in [0, vocab_size). hashing: needed when Engram is on.
   V41ForwardResult forward(std::span<const int64_t> tokens, const V41EngramHashing& hashing) const;

@@ -21,14 +21,14 @@ constexpr int64_t kPanel = 64;  // rows per parallel work item at most: a weight
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
-// y[r, lane] = Σ_k x[r, k] · wt[k, lane] for the kRows rows at x and Cols adjacent column blocks
-// (Cols · kRows sums in flight), in k order; wt [K, lanes] per column block, the blocks K·lanes
-// apart; y rows np apart.
+// acc[j][r] += x[r, k] · wt[k, lane] for k in [k0, k1), in k order, for the kRows rows at x (K apart)
+// and Cols adjacent column blocks (Cols · kRows sums in flight); wt [K, lanes] per column block, the
+// blocks K·lanes apart.
 template <typename T, int64_t Cols>
-[[gnu::always_inline]] inline void dot_block(const T* x, int64_t K, const T* wt, int64_t np, T* y) {
+[[gnu::always_inline]] inline void accumulate_block(const T* x, int64_t K, const T* wt, int64_t k0, int64_t k1,
+                                                    Vec<T> (&acc)[Cols][kRows]) {
   constexpr int64_t L = kLanes<T>;
-  Vec<T> acc[Cols][kRows] = {};
-  for (int64_t k = 0; k < K; ++k)
+  for (int64_t k = k0; k < k1; ++k)
 #pragma GCC unroll 2
     for (int64_t j = 0; j < Cols; ++j) {
       Vec<T> w;
@@ -36,14 +36,28 @@ template <typename T, int64_t Cols>
 #pragma GCC unroll 4
       for (int64_t r = 0; r < kRows; ++r) acc[j][r] = acc[j][r] + x[r * K + k] * w;
     }
-  for (int64_t j = 0; j < Cols; ++j)
-    for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np + j * L, &acc[j][r], sizeof acc[j][r]);
 }
 
-// The release's block-scaled product for kRows rows and Cols adjacent column blocks (Cols · kRows
-// sums in flight): per 32-block b of K, part = Σ_block ac·wc (in k order), then acc += (part ·
-// xs[r, b]) · ws[b, lane], in b order; wc [K, lanes] and ws [K / 32, lanes] per column block, the
-// blocks K·lanes and K / 32·lanes apart; y rows np apart.
+// The Cols · kRows sums into y, its rows np apart.
+template <typename T, int64_t Cols>
+[[gnu::always_inline]] inline void store_block(const Vec<T> (&acc)[Cols][kRows], int64_t np, T* y) {
+  for (int64_t j = 0; j < Cols; ++j)
+    for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np + j * kLanes<T>, &acc[j][r], sizeof acc[j][r]);
+}
+
+// y[r, lane] = Σ_k x[r, k] · wt[k, lane] for the kRows rows at x and Cols adjacent column blocks, in
+// k order; y rows np apart.
+template <typename T, int64_t Cols>
+[[gnu::always_inline]] inline void dot_block(const T* x, int64_t K, const T* wt, int64_t np, T* y) {
+  Vec<T> acc[Cols][kRows] = {};
+  accumulate_block<T, Cols>(x, K, wt, 0, K, acc);
+  store_block<T, Cols>(acc, np, y);
+}
+
+// The release's block-scaled product for kRows rows and Cols adjacent column blocks: per 32-block b
+// of K, part = Σ_block ac·wc (in k order), then acc += (part · xs[r, b]) · ws[b, lane], in b order;
+// wc [K, lanes] and ws [K / 32, lanes] per column block, the blocks K·lanes and K / 32·lanes apart;
+// y rows np apart.
 template <int64_t Cols>
 [[gnu::always_inline]] inline void block_scaled_block(const float* ac, const float* xs, int64_t K, const float* wc,
                                                       const float* ws, int64_t np, float* y) {
@@ -52,14 +66,7 @@ template <int64_t Cols>
   Vec<float> acc[Cols][kRows] = {};
   for (int64_t b = 0; b < nb; ++b) {
     Vec<float> part[Cols][kRows] = {};
-    for (int64_t k = b * kFp8Block; k < (b + 1) * kFp8Block; ++k)
-#pragma GCC unroll 2
-      for (int64_t j = 0; j < Cols; ++j) {
-        Vec<float> w;
-        std::memcpy(&w, wc + j * K * L + k * L, sizeof w);
-#pragma GCC unroll 4
-        for (int64_t r = 0; r < kRows; ++r) part[j][r] = part[j][r] + ac[r * K + k] * w;
-      }
+    accumulate_block<float, Cols>(ac, K, wc, b * kFp8Block, (b + 1) * kFp8Block, part);
 #pragma GCC unroll 2
     for (int64_t j = 0; j < Cols; ++j) {
       Vec<float> s;
@@ -68,8 +75,7 @@ template <int64_t Cols>
       for (int64_t r = 0; r < kRows; ++r) acc[j][r] = acc[j][r] + (part[j][r] * xs[r * nb + b]) * s;
     }
   }
-  for (int64_t j = 0; j < Cols; ++j)
-    for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np + j * L, &acc[j][r], sizeof acc[j][r]);
+  store_block<float, Cols>(acc, np, y);
 }
 
 // One panel of rows [m0, m1) (a multiple of kRows) over every column block (V41_KERNEL: compiled

@@ -59,22 +59,20 @@ const std::vector<RealField>& real_fields() {
   return f;
 }
 
+// An integer capture of any element type, moved through int64 both ways.
 template <class T>
-std::function<std::vector<int64_t>(const V41LayerCapture&)> getter(std::vector<T> V41LayerCapture::*m) {
-  return [m](const V41LayerCapture& c) { return std::vector<int64_t>((c.*m).begin(), (c.*m).end()); };
-}
-template <class T>
-std::function<void(V41LayerCapture&, const std::vector<int64_t>&)> setter(std::vector<T> V41LayerCapture::*m) {
-  return [m](V41LayerCapture& c, const std::vector<int64_t>& v) { (c.*m).assign(v.begin(), v.end()); };
+IntField int_field(const char* name, std::vector<T> V41LayerCapture::*m) {
+  return {name, [m](const V41LayerCapture& c) { return std::vector<int64_t>((c.*m).begin(), (c.*m).end()); },
+          [m](V41LayerCapture& c, const std::vector<int64_t>& v) { (c.*m).assign(v.begin(), v.end()); }};
 }
 
 const std::vector<IntField>& int_fields() {
   static const std::vector<IntField> f = {
-      {"hash_ids", getter(&V41LayerCapture::hash_ids), setter(&V41LayerCapture::hash_ids)},
-      {"topk_idxs", getter(&V41LayerCapture::topk_idxs), setter(&V41LayerCapture::topk_idxs)},
-      {"candidates", getter(&V41LayerCapture::candidates), setter(&V41LayerCapture::candidates)},
-      {"attn_idx", getter(&V41LayerCapture::attn_idx), setter(&V41LayerCapture::attn_idx)},
-      {"experts", getter(&V41LayerCapture::experts), setter(&V41LayerCapture::experts)},
+      int_field("hash_ids", &V41LayerCapture::hash_ids),
+      int_field("topk_idxs", &V41LayerCapture::topk_idxs),
+      int_field("candidates", &V41LayerCapture::candidates),
+      int_field("attn_idx", &V41LayerCapture::attn_idx),
+      int_field("experts", &V41LayerCapture::experts),
   };
   return f;
 }
@@ -89,11 +87,6 @@ std::vector<hsize_t> dims_of(size_t n, int64_t N, const std::vector<int64_t>& ta
   std::vector<hsize_t> dims{static_cast<hsize_t>(free_dim ? N : size / fixed)};
   for (int64_t d : tail) dims.push_back(static_cast<hsize_t>(d > 0 ? d : size / (N * fixed)));
   return dims;
-}
-
-void write_reals_at(hid_t file, const std::string& path, const std::vector<double>& v, const std::vector<hsize_t>& dims,
-                    bool as_float) {
-  h5::write_reals(file, path, v.data(), dims, as_float);
 }
 
 std::vector<double> read_values(hid_t file, const std::string& path, std::vector<int64_t>* dims) {
@@ -152,7 +145,8 @@ void write_v41_run_file(const std::filesystem::path& path, const V41RunFile& f) 
       h5::create_group(file, g);
       for (const auto& rf : real_fields()) {
         const auto& v = c.*rf.field;
-        if (!v.empty()) write_reals_at(file, g + "/" + rf.name, v, dims_of(v.size(), N, rf.tail(f.config)), as_float);
+        if (!v.empty())
+          h5::write_reals(file, g + "/" + rf.name, v.data(), dims_of(v.size(), N, rf.tail(f.config)), as_float);
       }
       for (const auto& inf : int_fields()) {
         const auto v = inf.get(c);
@@ -163,15 +157,15 @@ void write_v41_run_file(const std::filesystem::path& path, const V41RunFile& f) 
     }
     h5::create_group(file, "/final");
     const auto D = static_cast<hsize_t>(f.config.dim), V = static_cast<hsize_t>(f.config.vocab_size);
-    write_reals_at(file, "/final/collapsed", f.result.final_collapsed, {static_cast<hsize_t>(N), D}, as_float);
-    write_reals_at(file, "/final/normed", f.result.final_normed, {static_cast<hsize_t>(N), D}, as_float);
-    write_reals_at(file, "/logits", f.result.logits, {static_cast<hsize_t>(N), V}, as_float);
-    if (!f.logits_last.empty()) write_reals_at(file, "/logits_last", f.logits_last, {V}, as_float);
+    h5::write_reals(file, "/final/collapsed", f.result.final_collapsed.data(), {static_cast<hsize_t>(N), D}, as_float);
+    h5::write_reals(file, "/final/normed", f.result.final_normed.data(), {static_cast<hsize_t>(N), D}, as_float);
+    h5::write_reals(file, "/logits", f.result.logits.data(), {static_cast<hsize_t>(N), V}, as_float);
+    if (!f.logits_last.empty()) h5::write_reals(file, "/logits_last", f.logits_last.data(), {V}, as_float);
     if (!f.rope.empty()) {
       h5::create_group(file, "/rope");
       for (const auto& [k, v] : f.rope)
-        write_reals_at(file, "/rope/" + k, v, {static_cast<hsize_t>(N), static_cast<hsize_t>(f.config.rope_head_dim / 2)},
-                       as_float);
+        h5::write_reals(file, "/rope/" + k, v.data(),
+                        {static_cast<hsize_t>(N), static_cast<hsize_t>(f.config.rope_head_dim / 2)}, as_float);
     }
   });
 }

@@ -68,6 +68,11 @@ nlohmann::ordered_json stub_tokenizer(const V41Config& c) {
 
 }  // namespace
 
+V41EngramHashing v41_checkpoint_hashing(const V41Config& c) {
+  if (c.engram_layer_ids.empty()) return {};
+  return {v41_engram_token_map(c), v41_engram_multipliers(c)};
+}
+
 std::vector<int64_t> v41_engram_token_map(const V41Config& c) {
   std::vector<int64_t> map(size_t(c.vocab_size));
   for (int64_t id = 0; id < c.vocab_size; ++id) map[size_t(id)] = id / 2;
