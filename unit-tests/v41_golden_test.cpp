@@ -263,3 +263,83 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 }  // namespace
+
+namespace {
+
+// The gate's statistics recomputed the plain way on hand-made values.
+TEST(V41CompareValues, CountsBitwiseEqualityAndMeasuresTheLargestDifferenceInBothSpacings) {
+  V41TensorAgreement r;
+  r.kind = "k";
+  const double u16 = 0x1p-7, u32 = 0x1p-23;  // the bf16 and fp32 spacings at 1.5
+  const std::vector<double> ref{1.5, -2.0, 0.25, 1.5}, ours{1.5, -2.0, 0.25 + 0x1p-20, 1.5 + 3 * u16};
+  v41_compare_values(r, ours, ref, "here");
+  EXPECT_EQ(r.n, 4);
+  EXPECT_EQ(r.equal, 2);
+  EXPECT_DOUBLE_EQ(r.max_abs, 3 * u16);
+  EXPECT_DOUBLE_EQ(r.max_ref, 2.0);
+  EXPECT_DOUBLE_EQ(r.max_ulp16, 3.0);             // 3 spacings of bf16 at 1.5
+  EXPECT_DOUBLE_EQ(r.max_ulp32, 3 * u16 / u32);   // the same difference in fp32 spacings
+  EXPECT_NE(r.where.find("here[3]"), std::string::npos) << r.where;
+  EXPECT_FALSE(r.row_scaled);
+}
+
+TEST(V41CompareValues, RowScaledUlpsAreInSpacingsOfTheLargerOfTheElementAndItsRowsRms) {
+  V41TensorAgreement r;
+  // Row RMS = sqrt((0 + 16 + 0 + 0) / 4) = 2, whose bf16 spacing is 2^-6: a 2^-6 difference at the
+  // element 0 is one row-scaled ulp (infinitely many of its own).
+  const std::vector<double> ref{0.0, 4.0, 0.0, 0.0}, ours{0x1p-6, 4.0, 0.0, 0.0};
+  v41_compare_values(r, ours, ref, "", 4);
+  EXPECT_TRUE(r.row_scaled);
+  EXPECT_DOUBLE_EQ(r.max_ulp16, 1.0);
+  V41TensorAgreement e;  // the same at the element 4.0 (spacing 2^-5): the element's spacing wins
+  v41_compare_values(e, std::vector<double>{0.0, 4.0 + 0x1p-5, 0.0, 0.0}, ref, "", 4);
+  EXPECT_DOUBLE_EQ(e.max_ulp16, 1.0);
+}
+
+TEST(V41CompareValues, AShapeMismatchComparesNothingAndIsNoted) {
+  V41TensorAgreement r;
+  r.kind = "k";
+  v41_compare_values(r, std::vector<double>{1.0}, std::vector<double>{1.0, 2.0}, "x");
+  EXPECT_EQ(r.n, 0);
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("1 values here, 2 in the official run"), std::string::npos) << r.notes[0];
+}
+
+TEST(V41CompareRows, RowsEqualOnlyInTheSameOrderAndEachDifferingRowNamesItsPositions) {
+  V41TensorAgreement r;
+  r.kind = "sel";
+  r.layer = 3;
+  // N = 3 rows of k = 2; scores [3, T = 4] for positions offset by N = 3.
+  const std::vector<int64_t> off{3, 4, 5, 6, 3, -1}, ours{3, 4, 6, 5, 3, 6};
+  const std::vector<double> scores{0, 0, 0, 0, 0, 0, 0, 0, 0.5, 0, 0, 0.25};
+  v41_compare_rows(r, ours, off, 3, scores, 3);
+  EXPECT_TRUE(r.rows_compared);
+  EXPECT_EQ(r.n, 3);
+  EXPECT_EQ(r.equal, 1);
+  ASSERT_EQ(r.notes.size(), 2u);
+  EXPECT_NE(r.notes[0].find("row 1: the same set in another order"), std::string::npos) << r.notes[0];
+  EXPECT_NE(r.notes[1].find("row 2: ours-only 6 (score 0.25) official-only -1 (score -)"), std::string::npos)
+      << r.notes[1];
+}
+
+// Nothing judged is not a pass: every golden file has each core tensor kind judged, each over values.
+TEST(V41GoldenFiles, EveryFileJudgesEveryCoreKindOverAtLeastOneValue) {
+  for (const auto& name : golden_files()) {
+    const Loaded& l = load(name);
+    const V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
+    std::map<std::string, int64_t> seen;
+    for (const auto& r : v41_agreement(model, l.file).rows)
+      if (r.pass == "teacher forced") seen[r.kind] += r.n;
+    std::vector<std::string> core{"attn_x", "attn_kv (forced x)", "attn_idx (forced x)", "attn_out (forced x)",
+                                  "ffn_out (forced x)", "experts (forced x)", "expert_weights (forced x)",
+                                  "final_collapsed", "final_normed (forced collapsed)", "logits (forced collapsed)",
+                                  "hash_ids", "in"};
+    if (l.file.tokens.size() > 1) core.insert(core.end(), {"out", "ffn_pre"});
+    if (l.file.tokens.size() >= 4)
+      core.insert(core.end(), {"latent (forced x)", "topk_idxs (forced x)", "compress_kv (forced x)",
+                               "index_k (forced x)", "candidates (forced x)"});
+    for (const auto& k : core) EXPECT_GT(seen[k], 0) << name << ": " << k << " not judged";
+  }
+}
+
+}  // namespace
