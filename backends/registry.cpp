@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include "model/error.hpp"
-#include "reference/backend.hpp"
+#include "models/lab/reference/backend.hpp"
 #ifdef CED_HAVE_CUDA
-#include "optimized/cuda_backend.hpp"
+#include "models/lab/optimized/cuda_backend.hpp"
 #endif
 
 namespace ced {
@@ -24,22 +24,41 @@ std::string cuda_device_reason() {
 
 std::vector<BackendEntry> build_table() {
   std::vector<BackendEntry> t;
-  // The reference (reference/): the f64 one wrote the golden files, so the
+  // The reference (models/lab/reference/): the f64 one wrote the golden files, so the
   // gate judges it bitwise (policy.toml); the f32 one under bounds scaled
   // from the stored calibration (policy-calibrated.toml).
-  t.push_back({"reference", "f32", "policy-calibrated.toml", true, 4,
-               "the CPU reference model in f32 (reference/)",
-               [](const Config& c, uint64_t s) { return make_reference_backend(c, s, false); }, {}, ""});
-  t.push_back({"reference-f64", "f64", "policy.toml", false, 8,
-               "the CPU reference model in f64, the writer of the golden files (reference/)",
-               [](const Config& c, uint64_t s) { return make_reference_backend(c, s, true); }, {}, ""});
-  // The CUDA model (optimized/): on the device, so no host memory estimate.
+  t.push_back({.name = "reference",
+               .scalar = "f32",
+               .golden_policy = "policy-calibrated.toml",
+               .gate_calibrated = true,
+               .host_bytes_per_value = 4,
+               .description = "the CPU reference model in f32 (models/lab/reference/)",
+               .factory = [](const Config& c, uint64_t s) { return make_reference_backend(c, s, false); }});
+  t.push_back({.name = "reference-f64",
+               .scalar = "f64",
+               .golden_policy = "policy.toml",
+               .gate_calibrated = false,
+               .host_bytes_per_value = 8,
+               .description = "the CPU reference model in f64, the writer of the golden files (models/lab/reference/)",
+               .factory = [](const Config& c, uint64_t s) { return make_reference_backend(c, s, true); }});
+  // The CUDA model (models/lab/optimized/): on the device, so no host memory estimate.
   const std::string cuda_off = "this build has no CUDA (configure with -DCED_ENABLE_CUDA=ON)";
-  BackendEntry cuda{"cuda", "f32", "policy-calibrated.toml", true, 0,
-                    "the optimized CUDA model, f32 throughout, cuBLAS without TF32 (optimized/)", {}, {}, cuda_off};
-  BackendEntry bf16{"cuda-bf16", "bf16", "policy-bf16.toml", true, 0,
-                    "the optimized CUDA model with bf16 projections and f32 accumulation (optimized/)", {}, {},
-                    cuda_off};
+  BackendEntry cuda{
+      .name = "cuda",
+      .scalar = "f32",
+      .golden_policy = "policy-calibrated.toml",
+      .gate_calibrated = true,
+      .host_bytes_per_value = 0,
+      .description = "the optimized CUDA model, f32 throughout, cuBLAS without TF32 (models/lab/optimized/)",
+      .not_built = cuda_off};
+  BackendEntry bf16{
+      .name = "cuda-bf16",
+      .scalar = "bf16",
+      .golden_policy = "policy-bf16.toml",
+      .gate_calibrated = true,
+      .host_bytes_per_value = 0,
+      .description = "the optimized CUDA model with bf16 projections and f32 accumulation (models/lab/optimized/)",
+      .not_built = cuda_off};
 #ifdef CED_HAVE_CUDA
   cuda.factory = cuda_factory(CudaPrecision::F32);
   bf16.factory = cuda_factory(CudaPrecision::BF16);
@@ -49,13 +68,18 @@ std::vector<BackendEntry> build_table() {
   t.push_back(cuda);
   t.push_back(bf16);
   // The v41 family's reference (models/v41/): its scalar type is the regime's, f64 the widest.
-  BackendEntry v41{"v41-reference", "f64", "", true, 8,
-                   "the CPU reference of the released DeepSeek-V4.1-Flash, regimes release | bf16 | f64 (models/v41/)",
-                   {}, {}, ""};
-  v41.family = "v41";
-  v41.v41_factory = [](const v41::V41Config& c, const SafetensorsFile& w, v41::V41Regime r) {
-    return std::make_unique<v41::V41Model>(c, w, r);
-  };
+  BackendEntry v41{
+      .name = "v41-reference",
+      .scalar = "f64",
+      .golden_policy = "",
+      .gate_calibrated = true,
+      .host_bytes_per_value = 8,
+      .description =
+          "the CPU reference of the released DeepSeek-V4.1-Flash, regimes release | bf16 | f64 (models/v41/)",
+      .family = "v41",
+      .v41_factory = [](const v41::V41Config& c, const SafetensorsFile& w, v41::V41Regime r) {
+        return std::make_unique<v41::V41Model>(c, w, r);
+      }};
   t.push_back(v41);
   return t;
 }
@@ -108,9 +132,10 @@ namespace {
 const BackendEntry& runnable_entry(const std::string& name, const std::string& family, const std::string& config) {
   const BackendEntry& e = backend_entry(name);
   if (e.family != family)
-    throw InputError(fmt::format("--backend {}: it computes the {} model family; config {} is a {} config (its "
-                                 "backends: {})",
-                                 name, e.family, config, family, fmt::join(backend_names_of_family(family), ", ")));
+    throw InputError(
+        fmt::format("--backend {}: it computes the {} model family; config {} is a {} config (its "
+                    "backends: {})",
+                    name, e.family, config, family, fmt::join(backend_names_of_family(family), ", ")));
   if (const std::string why = e.unavailable_reason(); !why.empty())
     throw NotSupported(fmt::format("backend {}: {}", name, why));
   return e;

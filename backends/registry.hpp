@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.hpp"
+#include "models/lab/config.hpp"
 #include "model/run.hpp"
 #include "models/v41/forward.hpp"
 
@@ -22,10 +22,10 @@ using V41BackendFactory = std::function<std::unique_ptr<v41::V41Model>(const v41
                                                                         v41::V41Regime)>;
 
 struct BackendEntry {
-  std::string name;         // --backend NAME
-  std::string scalar;       // dtype of its results (docs/spec.md §9): "f32", "f64", "bf16"
+  std::string name{};       // --backend NAME
+  std::string scalar{};     // dtype of its results (docs/spec.md §9): "f32", "f64", "bf16"
   // The policy file in the golden directory `ced gate` judges it under by default.
-  std::string golden_policy;
+  std::string golden_policy{};
   // True when the gate scales its self-calibrating bounds from the stored
   // calibration (golden/calibration.toml); false for the backend that wrote
   // the golden files, which is judged bitwise.
@@ -33,14 +33,14 @@ struct BackendEntry {
   // Bytes per value in host memory, for refusing a run that cannot fit this
   // machine up front; 0 when the backend keeps its model on a device.
   int host_bytes_per_value = 0;
-  std::string description;
-  BackendFactory factory;  // the lab family's; empty when this build lacks the backend
+  std::string description{};
+  BackendFactory factory{};  // the lab family's; empty when this build lacks the backend
   // "" when the backend can run on this machine, else why not (a sentence);
   // empty `available` means it always can.
-  std::function<std::string()> available;
-  std::string not_built;  // why `factory` is empty (the configure option that builds it)
+  std::function<std::string()> available{};
+  std::string not_built{};  // why `factory` is empty (the configure option that builds it)
   std::string family = "lab";  // the model family it computes (models/family.hpp)
-  V41BackendFactory v41_factory;  // the v41 family's factory (`factory` is the lab family's)
+  V41BackendFactory v41_factory{};  // the v41 family's factory (`factory` is the lab family's)
 
   // "" when make_backend(name) can succeed here, else the reason.
   std::string unavailable_reason() const;

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "model/run.hpp"
-#include "model/weights.hpp"
-#include "reference/backend.hpp"
+#include "models/lab/weights.hpp"
+#include "models/lab/reference/backend.hpp"
 
 namespace ced::prop {
 

@@ -12,9 +12,9 @@
 #include "backends/registry.hpp"
 #include "checks/harness.hpp"
 #include "model/error.hpp"
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 #include "oracle/analytic_flops.hpp"
-#include "reference/replays.hpp"
+#include "models/lab/reference/replays.hpp"
 
 namespace ced::prop {
 namespace {

@@ -8,7 +8,7 @@
 #include <map>
 #include <set>
 
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 #include "compare/compare.hpp"
 #include "backends/registry.hpp"
 

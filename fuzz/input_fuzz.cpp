@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "io/hdf5_file.hpp"
-#include "model/config.hpp"
+#include "models/lab/config.hpp"
 #include "model/error.hpp"
-#include "model/plan.hpp"
+#include "models/lab/plan.hpp"
 #include "compare/compare.hpp"
 #include "compare/policy.hpp"
 

@@ -4,8 +4,8 @@
 
 #include "golden/golden_set.hpp"
 #include "model/error.hpp"
-#include "optimized/host_emulation.hpp"
-#include "reference/backend.hpp"
+#include "models/lab/optimized/host_emulation.hpp"
+#include "models/lab/reference/backend.hpp"
 
 using namespace ced;
 
@@ -30,6 +30,19 @@ class NoResume final : public Backend {
   std::unique_ptr<Backend> inner_;
 };
 
+// The two backends these tests gate, as registry entries (never registered).
+BackendEntry no_resume_entry() {
+  return {.name = "reference-f64-no-resume", .scalar = "f64", .golden_policy = "policy.toml", .gate_calibrated = false,
+          .host_bytes_per_value = 8, .description = "test only",
+          .factory = [](const Config& c, uint64_t s) { return std::make_unique<NoResume>(c, s); }};
+}
+// The CUDA model's host build: the same forward pass, no device.
+BackendEntry cuda_host_entry() {
+  return {.name = "cuda-host", .scalar = "f32", .golden_policy = "policy-calibrated.toml", .gate_calibrated = true,
+          .host_bytes_per_value = 0, .description = "test only",
+          .factory = [](const Config& c, uint64_t s) { return make_cuda_host_backend(c, s); }};
+}
+
 golden::GateOptions tiny_gate(const BackendEntry& e) {
   golden::GateOptions g;
   g.dir = golden::default_golden_dir();
@@ -43,8 +56,7 @@ golden::GateOptions tiny_gate(const BackendEntry& e) {
 }  // namespace
 
 TEST(GateSupports, RunsABackendRefusesAreListedAsNotSupportedAndTheRestAreJudged) {
-  const BackendEntry e{"reference-f64-no-resume", "f64", "policy.toml", false, 8, "test only",
-                       [](const Config& c, uint64_t s) { return std::make_unique<NoResume>(c, s); }, {}, ""};
+  const BackendEntry e = no_resume_entry();
   const auto rep = golden::run_gate(tiny_gate(e));
   ASSERT_EQ(rep.not_supported.size(), 1u);
   EXPECT_EQ(rep.not_supported[0].run, "resume");
@@ -57,8 +69,7 @@ TEST(GateSupports, RunsABackendRefusesAreListedAsNotSupportedAndTheRestAreJudged
 // The CUDA model (here its host build, the same forward pass) has no fault
 // injection: a faulted gate runs none of its runs and fails none.
 TEST(GateSupports, CudaModelListsEveryFaultedRunAsNotSupported) {
-  const BackendEntry e{"cuda-host", "f32", "policy-calibrated.toml", true, 0, "test only",
-                       [](const Config& c, uint64_t s) { return make_cuda_host_backend(c, s); }, {}, ""};
+  const BackendEntry e = cuda_host_entry();
   auto g = tiny_gate(e);
   g.fault = Fault::WindowOffByOne;
   const auto rep = golden::run_gate(g);
@@ -73,8 +84,7 @@ TEST(GateSupports, CudaModelListsEveryFaultedRunAsNotSupported) {
 // does not pass, however clean its zero failures look; one with a passing run
 // and the rest not supported passes; a failure fails.
 TEST(GateSupports, AGateThatJudgedNoRunDoesNotPassAndSaysSo) {
-  const BackendEntry cuda{"cuda-host", "f32", "policy-calibrated.toml", true, 0, "test only",
-                          [](const Config& c, uint64_t s) { return make_cuda_host_backend(c, s); }, {}, ""};
+  const BackendEntry cuda = cuda_host_entry();
   auto g = tiny_gate(cuda);
   g.fault = Fault::WindowOffByOne;
   g.only = "tiny.h5:full";
@@ -89,8 +99,7 @@ TEST(GateSupports, AGateThatJudgedNoRunDoesNotPassAndSaysSo) {
               std::string::npos)
         << e.what();
   }
-  const BackendEntry no_resume{"reference-f64-no-resume", "f64", "policy.toml", false, 8, "test only",
-                               [](const Config& c, uint64_t s) { return std::make_unique<NoResume>(c, s); }, {}, ""};
+  const BackendEntry no_resume = no_resume_entry();
   golden::GateReport some = golden::run_gate(tiny_gate(no_resume));
   ASSERT_EQ(some.not_supported.size(), 1u);
   EXPECT_EQ(golden::gate_exit_code(some, no_resume.name), 0);

@@ -9,7 +9,7 @@
 
 #include "io/untrusted.hpp"
 #include "model/error.hpp"
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 #include "compare/run_compare.hpp"
 #include "golden/golden_calibration.hpp"
 

@@ -15,8 +15,8 @@
 #include "io/hdf5_run.hpp"
 #include "io/weights_export.hpp"
 #include "model/error.hpp"
-#include "model/plan.hpp"
-#include "model/weights.hpp"
+#include "models/lab/plan.hpp"
+#include "models/lab/weights.hpp"
 
 namespace ced {
 namespace {

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/config.hpp"
+#include "models/lab/config.hpp"
 #include "model/run.hpp"
 
 namespace ced {

@@ -10,7 +10,7 @@
 
 #include "io/h5_util.hpp"
 #include "model/error.hpp"
-#include "model/plan.hpp"
+#include "models/lab/plan.hpp"
 
 namespace ced::h5 {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/config.hpp"
+#include "models/lab/config.hpp"
 #include "model/run.hpp"
 
 namespace ced::h5 {

@@ -9,8 +9,8 @@
 
 #include "io/hdf5_file.hpp"
 #include "model/error.hpp"
-#include "model/plan.hpp"
-#include "model/weights.hpp"
+#include "models/lab/plan.hpp"
+#include "models/lab/weights.hpp"
 
 namespace ced {
 namespace {

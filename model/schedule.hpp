@@ -1,12 +1,12 @@
 #pragma once
 // docs/spec.md §4–§6: which positions a run evaluates, and the check of a persisted
 // cache against the config and prefix it is used with. Written once here and
-// used by every backend (reference/forward.cpp, optimized/forward.cpp), so the
+// used by every backend (models/lab/reference/forward.cpp, models/lab/optimized/forward.cpp), so the
 // backends differ only in how they compute a layer, never in where they start.
 #include <cstdint>
 
-#include "model/config.hpp"
-#include "model/plan.hpp"
+#include "models/lab/config.hpp"
+#include "models/lab/plan.hpp"
 #include "model/run.hpp"
 
 namespace ced {

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "model/config.hpp"
+#include "models/lab/config.hpp"
 #include "model/error.hpp"
 #include "models/v41/config.hpp"
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "model/config.hpp"
-#include "model/plan.hpp"
+#include "models/lab/config.hpp"
+#include "models/lab/plan.hpp"
 #include "oracle/analytic_flops.hpp"
 
 namespace ced {

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "model/config.hpp"
-#include "model/plan.hpp"
+#include "models/lab/config.hpp"
+#include "models/lab/plan.hpp"
 #include "model/run.hpp"
 
 namespace ced {

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <set>
 
-#include "model/config.hpp"
-#include "model/plan.hpp"
+#include "models/lab/config.hpp"
+#include "models/lab/plan.hpp"
 
 namespace ced::prop {
 

@@ -23,9 +23,9 @@
 #include "compare/policy.hpp"
 #include "golden/golden_set.hpp"  // default_golden_dir
 #include "model/error.hpp"
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 #include "oracle/analytic.hpp"
-#include "reference/gemm.hpp"
+#include "models/lab/reference/gemm.hpp"
 #include "tools/common.hpp"
 
 namespace ced::tools {
@@ -42,7 +42,7 @@ struct Timing {
   }
 };
 
-// GFLOP/s of the order-preserving product (reference/gemm.hpp) on a
+// GFLOP/s of the order-preserving product (models/lab/reference/gemm.hpp) on a
 // 512 x 512 x 512 product with the current OpenMP threads, best of 3 after a
 // warm-up: the ceiling of every matrix product of the reference.
 template <class T>

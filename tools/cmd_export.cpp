@@ -4,7 +4,7 @@
 
 #include "io/weights_export.hpp"
 #include "model/error.hpp"
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 #include "tools/common.hpp"
 #include "tools/v41_commands.hpp"
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "backends/registry.hpp"
-#include "model/config.hpp"
+#include "models/lab/config.hpp"
 #include "model/run.hpp"
 
 namespace ced::tools {

@@ -10,7 +10,7 @@
 
 #include "backends/registry.hpp"
 #include "model/error.hpp"
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 #include "models/family.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/run_file.hpp"

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "model/config.hpp"
+#include "models/lab/config.hpp"
 #include "model/error.hpp"
-#include "model/plan.hpp"
+#include "models/lab/plan.hpp"
 #include "oracle/analytic.hpp"
 
 namespace ced {

@@ -20,9 +20,9 @@
 #include <functional>
 #include <sstream>
 
-#include "model/config.hpp"
-#include "model/plan.hpp"
-#include "model/weights.hpp"
+#include "models/lab/config.hpp"
+#include "models/lab/plan.hpp"
+#include "models/lab/weights.hpp"
 #include "oracle/analytic.hpp"
 #include "checks/replay_sweep.hpp"
 #include "backends/registry.hpp"

@@ -16,9 +16,9 @@
 
 #include "unit-tests/run_ced.hpp"
 #include "io/hdf5_file.hpp"
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 #include "compare/run_compare.hpp"
-#include "reference/backend.hpp"
+#include "models/lab/reference/backend.hpp"
 #include "golden/golden_set.hpp"
 
 namespace fs = std::filesystem;
@@ -94,7 +94,7 @@ TEST(Cli, RunningTheLabModelAtTheReleasedSizesOnTheCpuIsRefusedWithAMemoryEstima
 // A command of the lab family given a v41 config names the family and the backends the registry has for
 // it, rather than taking the name for a missing TOML file; no output is written.
 TEST(Cli, ALabCommandGivenAV41ConfigIsRefusedNamingItsFamilyAndItsBackends) {
-  for (const std::string cmd : {"replay-error --config v41-tiny --tokens 4 --out " + (scratch() / "v.h5").string(),
+  for (const std::string& cmd : {"replay-error --config v41-tiny --tokens 4 --out " + (scratch() / "v.h5").string(),
                                 std::string("oracle --config v41-flash"), std::string("spans --config v41-ced")}) {
     expect_usage_error(cmd, "a config of the v41 model family (docs/v41.md), which runs on v41-reference");
   }

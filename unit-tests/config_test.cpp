@@ -4,9 +4,9 @@
 
 #include <cmath>
 
-#include "model/config.hpp"
+#include "models/lab/config.hpp"
 #include "model/error.hpp"
-#include "model/plan.hpp"
+#include "models/lab/plan.hpp"
 
 using namespace ced;
 

@@ -10,13 +10,13 @@
 #include <memory>
 #include <vector>
 
-#include "model/config.hpp"
+#include "models/lab/config.hpp"
 #include "model/error.hpp"
-#include "model/plan.hpp"
+#include "models/lab/plan.hpp"
 #include "model/run.hpp"
-#include "model/weights.hpp"
-#include "optimized/cuda_backend.hpp"
-#include "optimized/device_math.cuh"
+#include "models/lab/weights.hpp"
+#include "models/lab/optimized/cuda_backend.hpp"
+#include "models/lab/optimized/device_math.cuh"
 
 namespace {
 

@@ -15,7 +15,7 @@
 
 #include "unit-tests/run_ced.hpp"
 #include "io/hdf5_file.hpp"
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 #include "backends/registry.hpp"
 
 namespace fs = std::filesystem;

@@ -21,7 +21,7 @@
 #include "io/safetensors.hpp"
 #include "io/weights_export.hpp"
 #include "model/error.hpp"
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 
 namespace fs = std::filesystem;
 using namespace ced;

@@ -7,7 +7,7 @@
 #include <map>
 
 #include "backends/registry.hpp"
-#include "model/config.hpp"
+#include "models/lab/config.hpp"
 #include "model/error.hpp"
 #include "models/family.hpp"
 #include "models/v41/config.hpp"

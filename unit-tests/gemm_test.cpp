@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/error.hpp"
-#include "reference/gemm.hpp"
+#include "models/lab/reference/gemm.hpp"
 
 namespace ced::ref::gemm {
 namespace {

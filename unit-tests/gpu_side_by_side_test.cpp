@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 #include "oracle/analytic.hpp"
 #include "backends/registry.hpp"
 #include "golden/golden_set.hpp"

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "reference/ops.hpp"
+#include "models/lab/reference/ops.hpp"
 
 using namespace ced;
 using namespace ced::ref;

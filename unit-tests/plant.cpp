@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "model/error.hpp"
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 
 namespace ced::plant {
 namespace {

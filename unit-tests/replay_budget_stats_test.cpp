@@ -15,8 +15,8 @@
 #include <sstream>
 
 #include "checks/replay_budget.hpp"
-#include "model/config.hpp"
-#include "model/plan.hpp"
+#include "models/lab/config.hpp"
+#include "models/lab/plan.hpp"
 #include "oracle/analytic_flops.hpp"
 
 using namespace ced;

@@ -12,9 +12,9 @@
 #include <sstream>
 #include <vector>
 
-#include "model/config.hpp"
-#include "model/plan.hpp"
-#include "model/weights.hpp"
+#include "models/lab/config.hpp"
+#include "models/lab/plan.hpp"
+#include "models/lab/weights.hpp"
 #include "backends/registry.hpp"
 #include "checks/replay_sweep.hpp"
 

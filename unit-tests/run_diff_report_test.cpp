@@ -7,9 +7,9 @@
 
 #include <cmath>
 
-#include "model/config.hpp"
+#include "models/lab/config.hpp"
 #include "model/error.hpp"
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 #include "compare/run_compare.hpp"
 #include "backends/registry.hpp"
 

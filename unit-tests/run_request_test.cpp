@@ -6,12 +6,12 @@
 
 #include <string>
 
-#include "model/config.hpp"
+#include "models/lab/config.hpp"
 #include "model/error.hpp"
-#include "model/plan.hpp"
+#include "models/lab/plan.hpp"
 #include "model/run.hpp"
 #include "model/schedule.hpp"
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 
 using namespace ced;
 

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "checks/ced_checks.hpp"
-#include "model/config.hpp"
-#include "model/plan.hpp"
+#include "models/lab/config.hpp"
+#include "models/lab/plan.hpp"
 
 using namespace ced;
 using namespace ced::prop;

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "model/weights.hpp"
+#include "models/lab/weights.hpp"
 
 using namespace ced;
 

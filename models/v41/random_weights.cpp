@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "model/hash.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/numerics.hpp"
 
@@ -14,31 +15,18 @@ namespace {
 
 // ---- the random stream: splitmix64 seeded by (seed, name); normals as Irwin-Hall(12) - 6 -------
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-uint64_t fnv1a64(std::string_view s) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001B3ull;
-  return h;
-}
-
 struct Stream {
   uint64_t state;
   Stream(uint64_t seed, std::string_view name) {
     uint64_t s = seed;
-    state = splitmix64(s) ^ fnv1a64(name);
+    state = splitmix64_next(s) ^ fnv1a64(name);
   }
   // Mean 0, variance 1, in [-6, 6]: the sum of twelve 24-bit uniforms minus 6. Every step is exact
   // in double (integers below 2^28 times 2^-24), so the value is the same on every platform.
   double normal() {
     int64_t sum = 0;
     for (int k = 0; k < 6; ++k) {
-      const uint64_t r = splitmix64(state);
+      const uint64_t r = splitmix64_next(state);
       sum += int64_t(r >> 40) + int64_t((r >> 16) & 0xFFFFFF);
     }
     return double(sum) * 0x1p-24 - 6.0;

@@ -22,8 +22,8 @@
 #include "io/untrusted.hpp"
 #include "io/weights_export.hpp"
 #include "model/error.hpp"
-#include "model/plan.hpp"
-#include "model/weights.hpp"
+#include "models/lab/plan.hpp"
+#include "models/lab/weights.hpp"
 
 namespace py = pybind11;
 using namespace ced;
