@@ -31,6 +31,14 @@ for spec in "v41-tiny:1 5 17 40" "v41-wide:1 33"; do
     done
   done
 done
+# Decode steps after a prefill (docs/v41.md §12.3): tiny's 13 tokens (odd: a ratio-2 group open across the
+# hand-off), then 8 steps (positions 13 .. 20: the ring of 16 wraps, and from position 18 more groups exist
+# than index_topk picks, so the index keys a step reads decide its selection).
+for mode in bf16 fp8; do
+  "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny" \
+    --config-name v41-tiny --weight-seed 0 --mode "$mode" --n 13 --decode-steps 8 --threads 1 --input-seed 0 --lean \
+    --out "$out/tiny-$mode-n13-d8.h5"
+done
 # The negative control of the SwiGLU clamp needs pre-activations above swiglu_limit, which the random
 # weights never reach: layer 0's shared expert made hot (docs/v41.md §12.4).
 boost=(--boost layers.0.ffn.shared_experts.w1.weight=3 --boost layers.0.ffn.shared_experts.w3.weight=5)

@@ -20,6 +20,12 @@ passes both paths). Writes OUT (safetensors) holding, as F32 / I32 / I8 tensors:
 With --checkpoint DIR (a folder `ced export` wrote) and an OUT ending in .h5 it writes instead the v41 run
 file of docs/v41.md §12, the layout `ced run --out` writes: the golden files of golden/v41/ (regenerated
 by scripts/v41-official-golden.sh).
+
+With --decode-steps K (run files only) the tokens are N + K this script draws (torch.randint over the
+vocabulary from --input-seed); the official code prefills the first N and then runs the other K as
+decode steps (Transformer.forward with start_pos N, N + 1, ...: the path of generate.py), and the
+run file gains /decode: the seed the decode started from (every layer's window ring and compressor
+group after the prefill), and per step the layers' captures, the final collapse and the logits.
 """
 import argparse
 import json
@@ -41,12 +47,17 @@ def main() -> int:
     ap.add_argument("--weight-seed", type=int, help="with --checkpoint: the --weight-seed it was exported with")
     ap.add_argument("--lean", action="store_true",
                     help="leave sparse_attn's query and output out of a run file (the golden files)")
+    ap.add_argument("--decode-steps", type=int, default=0,
+                    help="after the prefill of N tokens, K teacher-forced decode steps (run files)")
     ap.add_argument("--boost", action="append", default=[],
                     help="with --checkpoint: a `ced export --boost TENSOR=K` it was exported with (recorded)")
     args = ap.parse_args()
     to_h5 = args.out.endswith(".h5")
     if to_h5 and not (args.checkpoint and args.config_name and args.weight_seed is not None):
         raise SystemExit("v41_official_capture.py: an .h5 run file needs --checkpoint, --config-name and --weight-seed")
+
+    if args.decode_steps and (not to_h5 or args.decode_steps < 0):
+        raise SystemExit("v41_official_capture.py: --decode-steps K needs an .h5 run file and K > 0")
 
     official = Path(args.official).resolve()
     out = Path(args.out).resolve()
@@ -70,6 +81,11 @@ def main() -> int:
     # MoE's input and output, each Compressor's latent (before Attention rotates it in place) and each
     # Gate's choice, keyed by the layer the enclosing Attention / MoE belongs to.
     extra, current = {}, {"moe": None, "attn": None}
+    # During the decode steps every capture goes to that step's dict instead of the prefill's.
+    decode = {"phase": "prefill", "steps": [], "seed": {}}
+
+    def sink():
+        return extra if decode["phase"] != "decode" else decode["steps"][-1]
 
     def pre_hook(mod, inp):
         if type(mod).__name__ == "MoE":
@@ -79,6 +95,7 @@ def main() -> int:
 
     def post_hook(mod, inp, outp):
         name = type(mod).__name__
+        extra = sink()
         if name == "Attention":
             extra[f"layer{mod.layer_id}_attn_x"] = inp[0][0].float().numpy().copy()
             extra[f"layer{mod.layer_id}_attn_out"] = outp[0].float().numpy().copy()
@@ -92,6 +109,8 @@ def main() -> int:
             extra[f"layer{current['moe']}_gate_weights"] = w.gather(-1, order).float().numpy().copy()
         elif name == "Compressor" and outp is not None:
             extra[f"layer{current['attn']}_latent"] = outp[0].float().numpy().copy()
+        elif name == "Transformer" and decode["phase"] == "prefill" and args.decode_steps:
+            run_decode_steps(mod, inp)
 
     # sparse_attn's inputs and output per layer: model.py calls the kernel module's function through its
     # own global, so observing it means wrapping that global once the module is loaded (observation
@@ -102,24 +121,98 @@ def main() -> int:
         M, K = load_official(*a, **k)
         kernel_sparse_attn = M.sparse_attn
 
-        def observed(q, kv, sink, idx, scale):
-            o = kernel_sparse_attn(q, kv, sink, idx, scale)
-            L = current["attn"]
-            extra[f"layer{L}_attn_q"] = q[0].float().numpy().copy()
-            extra[f"layer{L}_attn_kv"] = kv[0].float().numpy().copy()
+        def observed(q, kv, attn_sink, idx, scale):
+            o = kernel_sparse_attn(q, kv, attn_sink, idx, scale)
+            L, extra = current["attn"], sink()
             extra[f"layer{L}_attn_idx"] = idx[0].numpy().astype(np.int32)
-            extra[f"layer{L}_attn_o"] = o[0].float().numpy().copy()
+            if decode["phase"] != "decode":  # a step's rows are the whole ring and cache: left out
+                extra[f"layer{L}_attn_q"] = q[0].float().numpy().copy()
+                extra[f"layer{L}_attn_kv"] = kv[0].float().numpy().copy()
+                extra[f"layer{L}_attn_o"] = o[0].float().numpy().copy()
             return o
 
         M.sparse_attn = observed
         return M, K
 
     RO.load_official = load_and_observe
+
+    def step_pre_hook(mod, inp):
+        # The captures run_official.py's own hooks make of a prefill, for a decode step.
+        name, extra = type(mod).__name__, sink()
+        if name == "Block":
+            extra[f"layer{mod.layer_id}_in"] = inp[0][0].float().numpy().copy()
+            extra[f"layer{mod.layer_id}_pre_mix"] = inp[2][0].float().numpy().copy()
+        elif name == "Engram":
+            extra[f"layer{mod.layer_id}_engram_in"] = inp[0][0].float().numpy().copy()
+            extra[f"layer{mod.layer_id}_engram_hash_ids"] = inp[1][0].numpy().copy()
+        elif name == "RMSNorm" and mod is decode["model"].norm:
+            extra["final_collapsed"] = inp[0][0].float().numpy().copy()
+
+    def step_post_hook(mod, inp, outp):
+        name, extra = type(mod).__name__, sink()
+        if name == "Indexer":
+            extra[f"layer{current['attn']}_topk_idxs"] = outp[0].numpy().astype(np.int32)
+        elif name == "RMSNorm" and mod is decode["model"].norm:
+            extra["final_normed"] = outp[0].float().numpy().copy()
+
+    def run_decode_steps(model, inp):
+        """Called when the prefill's Transformer.forward returns: record the seed, then run the decode
+        steps with the driver's own hooks set aside (they would overwrite the prefill's captures) and
+        the shared candidate pool put back afterwards (the driver reads the prefill's after the call)."""
+        import torch
+        n0 = inp[0].size(1)
+        decode["model"] = model
+        for i, layer in enumerate(model.layers):
+            attn = layer.attn
+            decode["seed"][f"layer{i}_window"] = attn.window_kv_cache[0].float().numpy().copy()
+            comp = attn.compressor
+            if comp is not None and attn.compress_ratio > 1:
+                decode["seed"][f"layer{i}_kv_state"] = comp.kv_state[0].float().numpy().copy()
+                decode["seed"][f"layer{i}_score_state"] = comp.score_state[0].float().numpy().copy()
+        shared = sys.modules["v41_official_model"].shared_attn
+        candidates = shared.candidates
+        cand_src = [i for i, layer in enumerate(model.layers)
+                    if layer.attn.indexer is not None and layer.attn.indexer.is_candidate_source]
+        stash = [(m, dict(m._forward_pre_hooks), dict(m._forward_hooks)) for m in model.modules()]
+        for m, _, _ in stash:
+            m._forward_pre_hooks.clear()
+            m._forward_hooks.clear()
+        h3 = torch.nn.modules.module.register_module_forward_pre_hook(step_pre_hook)
+        h4 = torch.nn.modules.module.register_module_forward_hook(step_post_hook)
+        decode["phase"] = "decode"
+        for s, tok in enumerate(decode["tokens"]):
+            decode["steps"].append({})
+            _, logits, _ = model(torch.tensor([[tok]], dtype=torch.long), n0 + s)
+            step = decode["steps"][-1]
+            step["logits"] = logits.float().numpy().copy()  # [1, V]: the head of the one position
+            if shared.candidates is not None and cand_src:
+                step[f"layer{cand_src[0]}_candidates"] = shared.candidates[0].numpy().astype(np.uint8)
+        decode["phase"] = "done"
+        h3.remove()
+        h4.remove()
+        for m, pre, post in stash:
+            m._forward_pre_hooks.update(pre)
+            m._forward_hooks.update(post)
+        shared.candidates = candidates
+
+
     h1 = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
     h2 = torch.nn.modules.module.register_module_forward_hook(post_hook)
     source = ["--checkpoint", str(Path(args.checkpoint).resolve())] if args.checkpoint else ["--preset", args.preset]
     argv = source + ["--mode", args.mode, "--n", str(args.n), "--threads", str(args.threads),
             "--input-seed", str(args.input_seed), "--out", str(npz)]
+    if args.decode_steps:
+        # The whole prompt drawn here; the driver prefills its first N - K from a token file, with room in
+        # its caches (max_seq_len) for the steps.
+        cfg = json.loads((Path(args.checkpoint) / "inference" / "config.json").read_text())
+        total = args.n + args.decode_steps
+        ids = torch.randint(0, cfg["vocab_size"], (total,), generator=torch.Generator().manual_seed(args.input_seed))
+        ids = ids.tolist()
+        decode["tokens"] = ids[args.n:]
+        tok_file = Path(scratch.name) / "prompt.txt"
+        tok_file.write_text(" ".join(map(str, ids[:args.n])))
+        argv = source + ["--mode", args.mode, "--tokens", str(tok_file), "--threads", str(args.threads),
+                         "--set", f"max_seq_len={total}", "--out", str(npz)]
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         rc = RO.main(argv)
@@ -129,6 +222,8 @@ def main() -> int:
         raise SystemExit(f"run_official.py {' '.join(argv)}: exit {rc}")
     line = json.loads(buf.getvalue().strip().splitlines()[-1])
     M = sys.modules["v41_official_model"]
+    if args.decode_steps and len(decode["steps"]) != args.decode_steps:
+        raise SystemExit(f"v41_official_capture.py: {len(decode['steps'])} decode steps ran, {args.decode_steps} asked")
     from engram import compute_hash_multipliers  # noqa: E402  the official inference/engram.py
 
     d = np.load(npz)
@@ -158,7 +253,7 @@ def main() -> int:
     with torch.no_grad():
         t["logits"] = torch.nn.functional.linear(torch.from_numpy(t["final_normed"]).float(), head).numpy()
 
-    n = args.n
+    n = len(t["input_ids"])  # the prefill's rows
     if margs["engram_layer_ids"]:
         vocab = margs["vocab_size"]
         t["engram_token_map"] = (np.arange(vocab) // 2).astype(np.int32)  # run_official's StubTokenizer
@@ -177,7 +272,7 @@ def main() -> int:
     t.update(extra)
     t = {k: np.ascontiguousarray(v) for k, v in t.items()}
     if to_h5:
-        write_run_file(out, t, line, meta, args, official)
+        write_run_file(out, t, line, meta, args, official, decode if args.decode_steps else None)
         print(json.dumps({"out": str(out), "weights": line["weights"], "logits_sha256": line["logits_sha256"]}))
         return 0
     save_file(t, str(out), metadata={"run": json.dumps(line), "weights": line["weights"],
@@ -222,9 +317,10 @@ def weights_digest(folder: Path) -> str:
     return f"{h:016x}"
 
 
-def write_run_file(out: Path, t: dict, line: dict, meta: dict, args, official: Path) -> None:
+def write_run_file(out: Path, t: dict, line: dict, meta: dict, args, official: Path, decode=None) -> None:
     """The v41 run file (docs/v41.md §12), written to a temporary name and renamed into place. Values that
-    are all bf16 are stored as their 16 bits (encoding = "bf16"), the rest as float32; both exact."""
+    are all bf16 are stored as their 16 bits (encoding = "bf16"), the rest as float32; both exact. With
+    decode steps, /decode holds their tokens, seed and per-step captures in the same per-layer names."""
     import hashlib
     import platform
     import h5py
@@ -233,9 +329,10 @@ def write_run_file(out: Path, t: dict, line: dict, meta: dict, args, official: P
     folder = Path(args.checkpoint).resolve()
     tmp = out.with_name(out.name + ".tmp")
 
-    def put(f, path, v):
+    def put(f, path, v, compress=True):
         v = np.ascontiguousarray(v)
-        opts = {"compression": "gzip", "compression_opts": 9, "shuffle": True} if v.size > 64 else {}
+        # a decode step's datasets are one row each: chunked storage would triple their size
+        opts = {"compression": "gzip", "compression_opts": 9, "shuffle": True} if compress and v.size > 64 else {}
         if v.dtype.kind == "f":
             v32 = v.astype(np.float32)
             bits = v32.view(np.uint32)
@@ -290,6 +387,24 @@ def write_run_file(out: Path, t: dict, line: dict, meta: dict, args, official: P
         for kind in ("swa", "compressed"):
             for part in ("cos", "sin"):
                 put(f, f"rope/{kind}_{part}", t[f"rope_{kind}_{part}"])
+        if decode:
+            f.create_dataset("decode/tokens", data=np.asarray(decode["tokens"], dtype=np.int64))
+            n_layers = meta["model_args"]["n_layers"]
+
+            def put_layers(prefix, caps):
+                for l in range(n_layers):
+                    f.create_group(f"{prefix}/layers/{l}")
+                for k, v in caps.items():
+                    if k.startswith("layer"):
+                        head, name = k.split("_", 1)
+                        put(f, f"{prefix}/layers/{int(head[5:])}/{RENAMED.get(name, name)}", v, compress=False)
+
+            put_layers("decode/seed", decode["seed"])
+            for s, caps in enumerate(decode["steps"]):
+                put_layers(f"decode/steps/{s}", caps)
+                put(f, f"decode/steps/{s}/final/collapsed", caps["final_collapsed"], compress=False)
+                put(f, f"decode/steps/{s}/final/normed", caps["final_normed"], compress=False)
+                put(f, f"decode/steps/{s}/logits", caps["logits"], compress=False)
     tmp.replace(out)
 
 

@@ -45,6 +45,7 @@ Runner add_run(CLI::App& app) {
     bool weights = false;
     std::string fault = "none", cache_out, cache_in;
     std::string checkpoint, regime = "release", token_file, topk_ties = "torch", index_scores = "bf16";
+    std::string decode_index_k = "official";
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("run", "run one prefill (and decode) on one backend and write it as HDF5");
@@ -55,6 +56,9 @@ Runner add_run(CLI::App& app) {
   sub->add_option("--topk-ties", o->topk_ties, "v41: torch | lowest-index (equal index scores, docs/v41.md §8.7)")
       ->capture_default_str();
   sub->add_option("--index-scores", o->index_scores, "v41: bf16 | fp32 (the index score's roundings, docs/v41.md §8.7)")
+      ->capture_default_str();
+  sub->add_option("--decode-index-k", o->decode_index_k,
+                  "v41: official | owner (the index keys of a decode step, docs/v41.md §8.8)")
       ->capture_default_str();
   sub->add_option("--token-file", o->token_file, "v41: the prompt's token ids, whitespace-separated (instead of --tokens)")
       ->check(non_empty());
@@ -86,9 +90,9 @@ Runner add_run(CLI::App& app) {
               if (!o->checkpoint.empty() && sub->count("--config") > 0)
                 throw InputError("--checkpoint: a folder carries its config; give --checkpoint or --config, not both");
               refuse_given(sub,
-                           {"--mode", "--replay", "--prefix", "--resume-replay", "--decode", "--capture", "--logits",
+                           {"--mode", "--replay", "--prefix", "--resume-replay", "--capture", "--logits",
                             "--weights", "--run", "--cache-in", "--cache-out", "--fault", "--set"},
-                           "not for a v41 run (a full prefill; docs/v41.md §12)");
+                           "not for a v41 run (a full prefill and decode steps; docs/v41.md §12)");
               if ((sub->count("--tokens") > 0) == !o->token_file.empty())
                 throw InputError("--tokens or --token-file: a v41 run takes exactly one");
               if (!o->checkpoint.empty() && sub->count("--weight-seed") > 0)
@@ -101,13 +105,15 @@ Runner add_run(CLI::App& app) {
               r.regime = o->regime;
               r.topk_ties = o->topk_ties;
               r.index_scores = o->index_scores;
+              r.decode_index_k = o->decode_index_k;
+              r.decode = o->decode;
               if (sub->count("--backend") > 0) r.backend = o->backend;
               r.tokens = o->tokens;
               r.token_file = o->token_file;
               r.out = o->out;
               return run_v41(r);
             }
-            refuse_given(sub, {"--checkpoint", "--regime", "--token-file", "--topk-ties", "--index-scores"},
+            refuse_given(sub, {"--checkpoint", "--regime", "--token-file", "--topk-ties", "--index-scores", "--decode-index-k"},
                          fmt::format("an option of the v41 family; config {} is a lab config", o->model.config));
             if (sub->count("--tokens") == 0) throw InputError("--tokens is required");
             if (o->out.empty()) throw InputError("--out is required");

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -38,12 +40,14 @@ v41::V41Config v41_config(const std::string& arg) {
   return c;
 }
 
-// The prompt: N tokens from the seed (the lab's generator, docs/spec.md §2.3, over this vocabulary),
-// or the ids of a file.
+// The tokens: N prompt tokens and the decode steps' from the seed (the lab's generator, docs/spec.md
+// §2.3, over this vocabulary), or the ids of a file (its last `decode` the steps').
 std::vector<int64_t> v41_tokens(const V41RunOptions& o, const v41::V41Config& c) {
   std::vector<int64_t> t;
   if (o.token_file.empty()) {
-    for (int32_t v : make_tokens(o.token_seed, c.vocab_size, o.tokens)) t.push_back(v);
+    if (o.tokens + o.decode > kMaxLength)
+      throw InputError(fmt::format("--tokens {} and --decode {}: more than {} tokens", o.tokens, o.decode, kMaxLength));
+    for (int32_t v : make_tokens(o.token_seed, c.vocab_size, o.tokens + o.decode)) t.push_back(v);
     return t;
   }
   std::ifstream in(o.token_file);
@@ -63,7 +67,9 @@ std::vector<int64_t> v41_tokens(const V41RunOptions& o, const v41::V41Config& c)
                                    t.size(), v, c.vocab_size, c.name));
     t.push_back(v);
   }
-  if (t.empty()) throw InputError(fmt::format("--token-file {}: no token ids", o.token_file));
+  if (static_cast<int64_t>(t.size()) <= o.decode)
+    throw InputError(fmt::format("--token-file {}: {} token ids, not more than --decode {} (the prompt needs one)",
+                                 o.token_file, t.size(), o.decode));
   if (static_cast<int64_t>(t.size()) > kMaxLength)
     throw InputError(fmt::format("--token-file {}: more than {} tokens", o.token_file, kMaxLength));
   return t;
@@ -99,7 +105,8 @@ int export_v41(const V41ExportOptions& o) {
 int run_v41(const V41RunOptions& o) {
   const v41::V41Regime regime = v41::v41_regime_from_name(o.regime);
   const v41::V41Options options{v41::v41_topk_ties_from_name(o.topk_ties),
-                                v41::v41_index_scores_from_name(o.index_scores)};
+                                v41::v41_index_scores_from_name(o.index_scores),
+                                v41::v41_decode_index_k_from_name(o.decode_index_k)};
   Stopwatch load_clock;
   v41::V41Checkpoint ck;
   std::string source;
@@ -116,7 +123,8 @@ int run_v41(const V41RunOptions& o) {
     source = fmt::format("random weights of weight_seed {} (as `ced export` writes them)", o.weight_seed);
   }
   const v41::V41Config& c = ck.config;
-  const std::vector<int64_t> tokens = v41_tokens(o, c);
+  const std::vector<int64_t> all_tokens = v41_tokens(o, c);
+  const std::vector<int64_t> tokens(all_tokens.begin(), all_tokens.end() - o.decode);
   const std::string digest = v41::v41_weights_digest(ck.weights);
   std::printf("config %s (v41 family), %s, weights digest %s\n", c.name.c_str(), source.c_str(), digest.c_str());
   const auto model = make_v41_backend(o.backend, c, ck.weights, regime);
@@ -131,7 +139,8 @@ int run_v41(const V41RunOptions& o) {
                                    : fmt::format("token ids from {}", o.token_file).c_str());
   Stopwatch forward_clock;
   const double cpu0 = process_cpu_seconds();
-  v41::V41ForwardResult r = model->forward(tokens, hashing);
+  v41::V41DecodeState state;
+  v41::V41ForwardResult r = model->forward(tokens, hashing, o.decode > 0 ? &state : nullptr);
   const double forward_s = forward_clock.seconds(), cpu = process_cpu_seconds() - cpu0;
   const size_t V = static_cast<size_t>(c.vocab_size);
   size_t arg = 0;
@@ -146,8 +155,27 @@ int run_v41(const V41RunOptions& o) {
               static_cast<double>(N) / forward_s, cpu);
   std::printf("logits [%lld, %zu]: last position argmax %zu, all finite: %s, digest %s\n", (long long)N, V, arg,
               finite ? "yes" : "NO", logits_digest(r.logits).c_str());
+  std::optional<v41::V41DecodeRecord> decoded;
+  if (o.decode > 0) {
+    decoded.emplace();
+    for (const auto& l : state.layers) decoded->seed.push_back({l.window, l.kv_state, l.score_state, {}, {}});
+    Stopwatch decode_clock;
+    for (auto t = all_tokens.end() - o.decode; t != all_tokens.end(); ++t) {
+      decoded->tokens.push_back(*t);
+      decoded->steps.push_back(model->decode_step(*t, hashing, state));
+      for (double x : decoded->steps.back().logits) finite = finite && std::isfinite(x);
+    }
+    std::vector<double> step_logits;
+    for (const auto& s : decoded->steps) step_logits.insert(step_logits.end(), s.logits.begin(), s.logits.end());
+    const auto& last = decoded->steps.back().logits;
+    const size_t step_arg = static_cast<size_t>(std::max_element(last.begin(), last.end()) - last.begin());
+    std::printf("decode %lld steps (index keys %s): %.3f s, last step argmax %zu, all finite: %s, digest %s\n",
+                (long long)o.decode, o.decode_index_k.c_str(), decode_clock.seconds(), step_arg, finite ? "yes" : "NO",
+                logits_digest(step_logits).c_str());
+  }
   if (!o.out.empty()) {
     v41::V41RunFile f;
+    f.decode = std::move(decoded);
     f.generator = fmt::format("ced run (ced-harness {}; {})", CED_VERSION, o.backend);
     f.config = c;
     f.regime = regime;

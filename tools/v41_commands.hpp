@@ -26,6 +26,8 @@ struct V41RunOptions {
   uint64_t weight_seed = 0, token_seed = 0;
   std::string regime = "release";
   std::string topk_ties = "torch", index_scores = "bf16";  // docs/v41.md §8.7
+  std::string decode_index_k = "official";                 // docs/v41.md §8.8
+  int64_t decode = 0;      // teacher-forced decode steps after the prefill (the last `decode` tokens)
   std::string backend = "v41-reference";
   int64_t tokens = 0;      // N seeded prompt tokens, or 0 with token_file
   std::string token_file;  // whitespace-separated token ids

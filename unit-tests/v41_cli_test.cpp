@@ -123,6 +123,33 @@ TEST(V41Cli, TheRunFileHoldsEveryLayersCapturesAndReadsBack) {
   EXPECT_FALSE(after(r.out, ", digest ").empty());
 }
 
+TEST(V41Cli, DecodeStepsFollowTheSamePrefillAndReadBackWithTheirSeed) {
+  const fs::path plain = scratch() / "prefill13.h5", decoded = scratch() / "decode8.h5";
+  const test::Result a = ced("run --config v41-tiny --tokens 13 --regime bf16 --out " + plain.string());
+  const test::Result b = ced("run --config v41-tiny --tokens 13 --decode 8 --regime bf16 --out " + decoded.string());
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  // The prefill is the same run: the steps come after it, from the same token draw.
+  EXPECT_EQ(after(a.out, ", digest "), after(b.out, ", digest "));
+  EXPECT_NE(b.out.find("decode 8 steps (index keys official)"), std::string::npos) << b.out;
+  const V41RunFile f = read_v41_run_file(decoded);
+  ASSERT_TRUE(f.decode.has_value());
+  ASSERT_EQ(f.decode->tokens.size(), 8u);
+  ASSERT_EQ(f.decode->steps.size(), 8u);
+  const V41Config c = v41_builtin_config("v41-tiny");
+  EXPECT_EQ(f.decode->seed[1].kv_state.size(), size_t(2 * c.head_dim));  // layer 1: ratio 2, 13 odd: one token waits
+  EXPECT_EQ(f.decode->seed[0].window.size(), size_t(c.window_size * c.head_dim));
+  for (const auto& s : f.decode->steps) {
+    EXPECT_EQ(s.logits.size(), size_t(c.vocab_size));
+    EXPECT_EQ(s.layers[5].out.size(), size_t(c.hc_mult * c.dim));
+  }
+  // Steps 0 .. 7 are positions 13 .. 20: layer 1's selection has min(index_topk, (p + 1) / 2) groups.
+  EXPECT_EQ(f.decode->steps[7].layers[1].topk, std::min<int64_t>(c.index_topk, 21 / 2));
+  const test::Result owner = ced("run --config v41-tiny --tokens 13 --decode 8 --regime bf16 --decode-index-k owner");
+  ASSERT_EQ(owner.code, 0) << owner.err;
+  EXPECT_NE(after(owner.out, "decode 8 steps (index keys owner): "), "");
+}
+
 TEST(V41Cli, TheRunFileReaderRefusesAnotherFormatAndAShapeThatIsNotTheConfigs) {
   const fs::path out = scratch() / "bad.h5";
   ASSERT_EQ(ced("run --config v41-tiny --tokens 3 --out " + out.string()).code, 0);
@@ -205,6 +232,10 @@ TEST(V41Cli, BadInputIsOneLineAndExit2) {
   expect_refused("run --checkpoint " + d, "--tokens or --token-file");
   expect_refused("run --config v41-tiny --tokens 3 --mode ced", "--mode: not for a v41 run");
   expect_refused("run --config v41-tiny --tokens 3 --regime fp16", "v41 regime 'fp16'");
+  expect_refused("run --config v41-tiny --tokens 3 --decode 2 --decode-index-k mine", "v41 decode index keys 'mine'");
+  std::ofstream(scratch() / "two-ids.txt") << "1 2";
+  expect_refused("run --config v41-tiny --decode 2 --token-file " + (scratch() / "two-ids.txt").string(),
+                 "not more than --decode 2");
   expect_refused("run --config v41-tiny --tokens 3 --backend reference", "lab model family");
   expect_refused("run --config tiny --tokens 3 --backend v41-reference --out " + (scratch() / "l.h5").string(),
                  "v41 model family");

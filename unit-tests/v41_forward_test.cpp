@@ -18,6 +18,7 @@
 
 #include "model/error.hpp"
 #include "models/v41/forward.hpp"
+#include "unit-tests/test_seed.hpp"
 #include "models/v41/forward_ops.hpp"
 #include "models/v41/numerics.hpp"
 
@@ -33,12 +34,7 @@ const Arith kBf16{V41Regime::bf16};
 
 // The seed of the random weights: printed, and replayable with CED_SEED.
 uint64_t test_seed() {
-  static const uint64_t seed = [] {
-    const char* s = std::getenv("CED_SEED");
-    const uint64_t v = s ? std::strtoull(s, nullptr, 10) : 41;
-    std::printf("v41_forward_test seed %llu (set CED_SEED to replay)\n", static_cast<unsigned long long>(v));
-    return v;
-  }();
+  static const uint64_t seed = test::replayable_seed("v41_forward_test", 41);
   return seed;
 }
 

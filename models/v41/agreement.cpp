@@ -70,6 +70,25 @@ const Budget kBudgets[] = {
      "the fp32 head GEMM over dim in MKL's blocked order (cause 1), in spacings of the row's RMS (logits cancel)"},
     {"logits (end to end)", kAny, kAny, 0,
      "judged relative to the largest official logit: one-ulp flips grow layer by layer (§9.4)"},
+    // Decode steps (docs/v41.md §12.4), each layer fed the official's step inputs over caches seeded from the official's
+    // prefill and extended by ours: the prefill's causes, on one row.
+    {"decode seed window", kAny, kAny, 0.999, "as attn_kv: a kv_norm flip (cause 2) made one e4m3 step by the QDQ"},
+    {"decode seed kv_state", kAny, 4, 0.5, "the compressor's fp32 wkv GEMM over dim in MKL's blocked order (cause 1)"},
+    {"decode seed score_state", kAny, 4, 0.5, "the compressor's fp32 wgate GEMM (cause 1)"},
+    {"decode hash_ids", 0, 0, 1, "integer arithmetic"},
+    {"decode attn_idx (forced x)", 0, 0, 1, "the ring's slots and the selection: integers"},
+    {"decode topk_idxs (forced x)", 0, 0, 1, "the same index scores select the same positions, order included"},
+    {"decode candidates (forced x)", 0, 0, 1, "the same scores keep the same blocks"},
+    {"decode latent (forced x)", 1, kAny, 0.95, "the compressor's norm and pooling sums (cause 2)"},
+    {"decode attn_out (forced x)", 4, kAny, 0.5,
+     "as the prefill's attn_out: sparse_attn's fp32 sums (cause 2), over cache rows ours past the prefill"},
+    {"decode ffn_out (forced x)", 1, kAny, 0.95, "the gate's fp32 GEMM (cause 1) and the experts' bf16 sums"},
+    {"decode experts (forced x)", 0, 0, 1, "gate scores one fp32 ulp apart rank the experts alike"},
+    {"decode out", 4, kAny, 0.5, "as the prefill's out: the sublayers' flips times post, and the hc GEMM (cause 1)"},
+    {"decode ffn_pre", kAny, kAny, 0, "as the prefill's ffn_pre: the hc mixes' fp32 GEMM (cause 1) into a sigmoid", 2e-3},
+    {"decode final_collapsed", 4, kAny, 0.5, "as the prefill's final_collapsed"},
+    {"decode logits (forced collapsed)", 1, kAny, 0, "as the prefill's: the fp32 head GEMM (cause 1), row-scaled"},
+    {"decode logits (end to end)", kAny, kAny, 0, "judged as the prefill's end to end logits"},
 };
 
 const Budget& budget_of(const std::string& kind) {
@@ -89,7 +108,7 @@ double ulps(double d, double ref, int bits) {
 
 void judge(V41TensorAgreement& r) {
   const Budget& b = budget_of(r.kind);
-  if (r.kind == "logits (end to end)") {
+  if (r.kind == "logits (end to end)" || r.kind == "decode logits (end to end)") {
     // A random model amplifies every flip layer by layer (§9.4; the official code against itself on
     // another thread count: 3-12 % of the logits' scale): measured up to 21 % (tiny, N = 40), with every
     // layer within its budget when teacher forced. 35 % leaves that margin; the layers are the judge.
@@ -116,7 +135,11 @@ struct Gate {
   V41Agreement out;
   std::string pass;
 
+  std::string step;  // ", step S" in the decode passes, whose rows gather every step's comparison
+
   V41TensorAgreement& row(int64_t layer, const std::string& kind) {
+    for (auto& r : out.rows)
+      if (r.pass == pass && r.layer == layer && r.kind == kind) return r;
     out.rows.push_back({});
     V41TensorAgreement& r = out.rows.back();
     r.pass = pass;
@@ -129,16 +152,21 @@ struct Gate {
               int64_t row_len = 0) {
     if (official.empty()) return;  // not captured
     V41TensorAgreement& r = row(layer, kind);
-    v41_compare_values(r, ours, official, layer >= 0 ? fmt::format("layer {}", layer) : "", row_len);
+    v41_compare_values(r, ours, official, (layer >= 0 ? fmt::format("layer {}", layer) : "") + step, row_len);
     judge(r);
   }
+  // rows: of both lists (0: the prefill's N).
   template <class A, class B>
   void lists(int64_t layer, const std::string& kind, const std::vector<A>& ours, const std::vector<B>& official,
-             std::span<const double> scores, int64_t offset) {
+             std::span<const double> scores, int64_t offset, int64_t rows = 0) {
     if (official.empty()) return;
     V41TensorAgreement& r = row(layer, kind);
     const std::vector<int64_t> a(ours.begin(), ours.end()), b(official.begin(), official.end());
-    v41_compare_rows(r, a, b, off.result.N, scores, offset);
+    const size_t noted = r.notes.size();
+    const bool placed = !r.where.empty();
+    v41_compare_rows(r, a, b, rows ? rows : off.result.N, scores, offset);
+    for (size_t i = noted; i < r.notes.size(); ++i) r.notes[i] += step;
+    if (!placed && !r.where.empty()) r.where += step;
     judge(r);
   }
 };
@@ -165,7 +193,15 @@ void teacher_forced(Gate& g) {
     if (official_input(off, m.plan(), l).empty() || o.pre_mix.empty())
       throw InputError(fmt::format("v41 gate: the run file has no input streams or pre_mix for layer {}", l));
     V41SharedAttention forced = shared;  // the state the layer starts from, for its attention alone
-    const V41LayerCapture ours = m.run_layer(l, official_input(off, m.plan(), l), o.pre_mix, N, o.hash_ids, shared);
+    V41LayerCache seed;                  // what the layer hands to decode steps, when the file has them
+    const V41LayerCapture ours = m.run_layer(l, official_input(off, m.plan(), l), o.pre_mix, N, o.hash_ids, shared,
+                                             off.decode ? &seed : nullptr);
+    if (off.decode) {
+      const V41LayerCache& os = off.decode->seed[static_cast<size_t>(l)];
+      g.values(l, "decode seed window", seed.window, os.window);
+      g.values(l, "decode seed kv_state", seed.kv_state, os.kv_state);
+      g.values(l, "decode seed score_state", seed.score_state, os.score_state);
+    }
     if (lp.engram) g.values(l, "in", ours.in, o.in, c.dim);
     g.values(l, "attn_x", ours.attn_x, o.attn_x, c.dim);
     // Each sublayer on the official's own input: its differences are its own.
@@ -232,6 +268,94 @@ void end_to_end(Gate& g) {
   g.values(-1, "logits (end to end)", r.logits, g.off.result.logits);
 }
 
+// The decode after the official's prefill: its state rebuilt from the file (the official's rings and
+// groups after the prefill, its compressed KV and index keys), then every step's layers fed the official's
+// step inputs (each sublayer also alone on the official's sublayer input), the official's selection and
+// candidate pool published after each layer, as in the prefill's teacher forcing.
+void decode_teacher_forced(Gate& g) {
+  g.pass = "decode forced";
+  const V41Model& m = g.model;
+  const V41Config& c = m.config();
+  const V41RunFile& off = g.off;
+  const V41DecodeRecord& d = *off.decode;
+  const int64_t L = c.n_layers;
+  V41DecodeState st;
+  st.pos = off.result.N;
+  st.tokens = off.tokens;
+  st.layers = d.seed;
+  for (int64_t l = 0; l < L; ++l) {
+    st.layers[static_cast<size_t>(l)].compress_kv = off.result.layers[static_cast<size_t>(l)].compress_kv;
+    st.layers[static_cast<size_t>(l)].index_k = off.result.layers[static_cast<size_t>(l)].index_k;
+  }
+  m.seed_decode_pointers(st);
+  for (size_t s = 0; s < d.steps.size(); ++s) {
+    const V41ForwardResult& os = d.steps[s];
+    g.step = fmt::format(" step {}", s);
+    st.tokens.push_back(d.tokens[s]);
+    const std::vector<int64_t> ids = m.engram_step_hash_ids(st, g.hashing);
+    int64_t engram_index = 0;
+    for (int64_t l = 0; l < L; ++l) {
+      const LayerPlan& lp = m.plan()[l];
+      const V41LayerCapture& o = os.layers[static_cast<size_t>(l)];
+      const std::vector<double>& input = lp.engram ? o.engram_in : o.in;
+      if (input.empty() || o.pre_mix.empty() || o.attn_x.empty() || o.ffn_x.empty())
+        throw InputError(fmt::format("v41 gate: decode step {} has no inputs for layer {}", s, l));
+      if (lp.engram) g.lists(l, "decode hash_ids", m.engram_layer_hash_ids(ids, 1, engram_index++), o.hash_ids, {}, 0, 1);
+      V41DecodeState forced = st;  // the attention alone on the official's attn_x, from the same state
+      V41LayerCapture sa;
+      const std::vector<double> ao = m.attention_step(l, o.attn_x, forced, sa);
+      if (lp.owns_compressor) g.values(l, "decode latent (forced x)", sa.latent, o.latent, c.head_dim);
+      if (lp.owns_indexer) g.lists(l, "decode topk_idxs (forced x)", sa.topk_idxs, o.topk_idxs, sa.index_score, c.window_size, 1);
+      if (lp.candidate_source) g.lists(l, "decode candidates (forced x)", sa.candidates, o.candidates, {}, 0, 1);
+      g.lists(l, "decode attn_idx (forced x)", sa.attn_idx, o.attn_idx, {}, 0, 1);  // the ring's, then the selection
+      g.values(l, "decode attn_out (forced x)", ao, o.attn_out, c.dim);
+      V41LayerCapture sm;
+      g.values(l, "decode ffn_out (forced x)", m.moe(l, o.ffn_x, 1, sm), o.ffn_out, c.dim);
+      g.lists(l, "decode experts (forced x)", sm.experts, o.experts, {}, 0, 1);
+      const V41LayerCapture ours = m.decode_layer(l, input, o.pre_mix, o.hash_ids, st);
+      if (l + 1 < L) {
+        const LayerPlan& next = m.plan()[l + 1];
+        const V41LayerCapture& on = os.layers[static_cast<size_t>(l + 1)];
+        g.values(l, "decode out", ours.out, next.engram ? on.engram_in : on.in, c.dim);
+        g.values(l, "decode ffn_pre", ours.ffn_pre, on.pre_mix);
+      } else {
+        V41ForwardResult h;
+        m.head(ours.out, ours.ffn_pre, 1, h);
+        g.values(l, "decode final_collapsed", h.final_collapsed, os.final_collapsed, c.dim);
+      }
+      if (lp.owns_indexer && !o.topk_idxs.empty()) {
+        st.topk_idxs.assign(o.topk_idxs.begin(), o.topk_idxs.end());
+        st.topk = static_cast<int64_t>(st.topk_idxs.size());
+      }
+      if (lp.candidate_source && !o.candidates.empty()) st.candidates.assign(o.candidates.begin(), o.candidates.end());
+    }
+    ++st.pos;
+    V41ForwardResult h;
+    m.head_collapsed(os.final_collapsed, 1, h);
+    g.values(-1, "decode logits (forced collapsed)", h.logits, os.logits, c.vocab_size);
+  }
+}
+
+void decode_end_to_end(Gate& g) {
+  g.pass = "decode e2e";
+  const V41Model& m = g.model;
+  const V41DecodeRecord& d = *g.off.decode;
+  V41DecodeState st;
+  m.forward(g.off.tokens, g.hashing, &st);
+  for (size_t s = 0; s < d.steps.size(); ++s) {
+    g.step = fmt::format(" step {}", s);
+    const V41ForwardResult r = m.decode_step(d.tokens[s], g.hashing, st);
+    for (const auto& ours : r.layers) {
+      const V41LayerCapture& o = d.steps[s].layers[static_cast<size_t>(ours.layer)];
+      if (m.plan()[ours.layer].owns_indexer)
+        g.lists(ours.layer, "decode topk_idxs (end to end)", ours.topk_idxs, o.topk_idxs, ours.index_score,
+                m.config().window_size, 1);
+      g.lists(ours.layer, "decode experts (end to end)", ours.experts, o.experts, {}, 0, 1);
+    }
+    g.values(-1, "decode logits (end to end)", r.logits, d.steps[s].logits);
+  }
+}
+
 }  // namespace
 
 void v41_compare_values(V41TensorAgreement& s, std::span<const double> ours, std::span<const double> ref,
@@ -251,7 +375,7 @@ void v41_compare_values(V41TensorAgreement& s, std::span<const double> ours, std
     const double o = ours[i], r = ref[i];
     ++s.n;
     if (std::bit_cast<uint32_t>(static_cast<float>(o)) == std::bit_cast<uint32_t>(static_cast<float>(r))) ++s.equal;
-    const double d = std::fabs(o - r);
+    const double d = o == r ? 0.0 : std::fabs(o - r);  // equal infinities (unwritten -inf slots) agree
     if (d > s.max_abs || std::isnan(d)) {
       s.max_abs = std::isnan(d) ? std::numeric_limits<double>::quiet_NaN() : d;
       s.where = fmt::format("{}[{}] ours {:.9g} official {:.9g}", at, i, o, r);
@@ -305,13 +429,18 @@ V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official) {
   if (model.regime() != official.regime)
     throw InputError(fmt::format("v41 gate: the model runs the {} regime, the run file is of the {} regime",
                                  v41_regime_name(model.regime()), v41_regime_name(official.regime)));
-  if (official.options.topk_ties != V41TopkTies::torch || official.options.index_scores != V41IndexScores::bf16)
+  if (official.options.topk_ties != V41TopkTies::torch || official.options.index_scores != V41IndexScores::bf16 ||
+      official.options.decode_index_k != V41DecodeIndexK::official)
     throw InputError("v41 gate: the reference run file was made with non-default switches; the official code has none");
   if (static_cast<int64_t>(official.result.layers.size()) != model.config().n_layers)
     throw InputError("v41 gate: the run file's layers are not the model's");
-  Gate g{model, official, v41_checkpoint_hashing(model.config()), {}, ""};
+  Gate g{model, official, v41_checkpoint_hashing(model.config()), {}, "", ""};
   teacher_forced(g);
   end_to_end(g);
+  if (official.decode) {
+    decode_teacher_forced(g);
+    decode_end_to_end(g);
+  }
   return std::move(g.out);
 }
 

@@ -55,7 +55,9 @@ int run(const std::vector<std::filesystem::path>& args, bool verbose) {
     auto& kinds = by[v41_regime_name(f.regime)];
     std::map<std::string, bool> counted;
     for (const auto& r : a.rows) {
-      const std::string kind = r.pass == "teacher forced" ? r.kind : r.kind.find("end to end") != std::string::npos ? r.kind : r.kind + " (end to end)";
+      // A kind's name says its pass, except the prefill's end-to-end rows that share a teacher-forced name.
+      const bool named = r.pass != "end to end" || r.kind.find("end to end") != std::string::npos;
+      const std::string kind = named ? r.kind : r.kind + " (end to end)";
       auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == kind; });
       if (it == kinds.end()) it = kinds.insert(kinds.end(), {kind, Total{}});
       Total& t = it->second;
@@ -81,7 +83,7 @@ int run(const std::vector<std::filesystem::path>& args, bool verbose) {
       const std::string abs = t.rows ? "–" : fmt::format("{:.3g}", t.max_abs);
       fmt::print("| {} | {} | {} {} | {} | {} | {} | {} |\n", kind, t.files, t.n, t.rows ? "rows" : "values",
                  t.rows ? fmt::format("{} of {} rows differ", t.n - t.equal, t.n) : fmt::format("{:.4f} %", 100 * frac),
-                 ulp16, ulp32, kind == "logits (end to end)" ? fmt::format("{} ({:.2g} of max |logit|)", abs, t.max_rel) : abs);
+                 ulp16, ulp32, kind.ends_with("logits (end to end)") ? fmt::format("{} ({:.2g} of max |logit|)", abs, t.max_rel) : abs);
     }
     for (const auto& [kind, t] : kinds)
       for (const auto& n : t.notes) fmt::print("- {}\n", n);

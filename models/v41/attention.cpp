@@ -13,29 +13,29 @@ namespace {
 
 using Vec = std::vector<double>;
 
-Vec lin(const LayerCtx& L, std::span<const double> x, int64_t M, const V41Linear& w, bool out_bf16) {
-  Vec y(static_cast<size_t>(M * w.out));
-  linear_w(L.a, x, M, w, y, out_bf16);
-  return y;
-}
-
-// Rotate each of `heads` vectors of width d per row at the row's position pos_of(row).
-template <typename Pos>
-void rope_rows(const LayerCtx& L, Vec& x, int64_t rows, int64_t heads, int64_t d, Pos pos_of, bool inverse) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t h = 0; h < heads; ++h) apply_rope(L.a, x.data() + (r * heads + h) * d, d, L.rope, pos_of(r), inverse);
-}
+constexpr auto lin = linear_out;
 
 // The compressor of a kv source (model.py Compressor.forward, start_pos 0): the RoPE-free latent
-// [N / ratio, head_dim], or empty when no group is complete.
+// [N / ratio, head_dim], or empty when no group is complete. Seeding decode, the trailing N % ratio
+// tokens' projections wait in the cache's group state.
 Vec compressor(const LayerCtx& L, std::span<const double> x) {
   const int64_t N = L.N, r = L.lp.ratio, hd = L.c.head_dim;
   Vec latent;
   if (r == 1) {  // norm(wkv(x)): a bf16 linear, no gate
     latent = lin(L, x, N, L.w.compressor_wkv, true);
   } else {  // fp32 projections of x.float(), the softmax pooling, then kv.to(bf16)
-    if (N < r) return {};
+    if (N < r && !L.cache) return {};
     const Vec kv = lin(L, x, N, L.w.compressor_wkv, false), score = lin(L, x, N, L.w.compressor_wgate, false);
+    if (L.cache) {
+      const int64_t cut = N - N % r;
+      L.cache->kv_state.assign(static_cast<size_t>(r * hd), 0.0);
+      L.cache->score_state.assign(static_cast<size_t>(r * hd), -std::numeric_limits<double>::infinity());
+      if (L.fault != V41Fault::decode_fresh_compressor) {  // the planted fault hands over an empty group
+        std::copy(kv.begin() + cut * hd, kv.end(), L.cache->kv_state.begin());
+        std::copy(score.begin() + cut * hd, score.end(), L.cache->score_state.begin());
+      }
+    }
+    if (N < r) return {};
     latent = compress_pool(L.a, kv, score, N, hd, r);
   }
   rmsnorm(L.a, latent, hd, L.w.compressor_norm, L.c.norm_eps);
@@ -56,6 +56,7 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
     rmsnorm(L.a, k, ID, L.w.indexer_k_norm, c.norm_eps);
     rope_rows(L, k, T, 1, ID, [r](int64_t j) { return j * r; }, false);  // group j at position j·r
     qdq_fp4_32(L.a, k, ID);
+    if (L.cache) L.cache->index_k = k;
     shared.index_k = k;
     cap.index_k = k;
   }
@@ -64,9 +65,7 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
   qdq_fp4_32(L.a, q, ID);
   // weights_proj(x) · (index_head_dim^-0.5 · index_n_heads^-0.5): the product of two python floats,
   // applied to the bf16 tensor as an fp32 constant.
-  Vec wts = lin(L, x, N, L.w.indexer_weights_proj, true);
-  const double ws = L.a.c(std::pow(static_cast<double>(ID), -0.5) * std::pow(static_cast<double>(IH), -0.5));
-  for (double& v : wts) v = L.a.bf(L.a.mul(v, ws));
+  const Vec wts = index_weights(L, x, N);
 
   // score[t, j] = Σ_h bf16(relu(bf16(q_th · k_j)) · w_th), the head sum in fp32, then bf16; with
   // --index-scores fp32 (engines whose indexer kernel keeps fp32) none of the three bf16 roundings.
@@ -74,8 +73,6 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
   // q_th by the keys, taken a chunk of queries at a time and only over the groups the chunk's last
   // query sees: the others are masked to -inf below whatever they hold, and each dot is its own sum,
   // so neither the chunking nor the skipping changes a bit.
-  const bool fp32_scores = L.options.index_scores == V41IndexScores::fp32;
-  auto score_bf = [&](double v) { return fp32_scores ? v : L.a.bf(v); };
   constexpr int64_t kQueryChunk = 64;
   Vec score(static_cast<size_t>(N * T), ninf), dots;
   for (int64_t t0 = 0; t0 < N; t0 += kQueryChunk) {
@@ -85,14 +82,9 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
     linear(L.a, std::span<const double>(q).subspan(static_cast<size_t>(t0 * IH * ID), static_cast<size_t>(tc * IH * ID)),
            tc * IH, ID, std::span<const double>(shared.index_k).first(static_cast<size_t>(Tv * ID)), Tv, dots, false);
     for (int64_t t = t0; t < t0 + tc; ++t)
-      for (int64_t j = 0; j < Tv; ++j) {
-        double s = 0.0;
-        for (int64_t h = 0; h < IH; ++h) {
-          const double dot = dots[static_cast<size_t>(((t - t0) * IH + h) * Tv + j)];
-          s = L.a.add(s, score_bf(L.a.mul(std::max(score_bf(dot), 0.0), wts[static_cast<size_t>(t * IH + h)])));
-        }
-        score[static_cast<size_t>(t * T + j)] = score_bf(s);
-      }
+      for (int64_t j = 0; j < Tv; ++j)
+        score[static_cast<size_t>(t * T + j)] =
+            index_score(L, dots.data() + (t - t0) * IH * Tv + j, Tv, wts.data() + t * IH);
   }
   // A query at t sees the groups complete by t: j < (t + 1) / r.
   for (int64_t t = 0; t < N; ++t)
@@ -103,7 +95,8 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
     for (int64_t t = 0; t < N; ++t)
       candidate_blocks(std::span<const double>(score).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
                        (t + 1) / r, c.candidate_topk_blocks, c.candidate_block_size, L.a.emulate,
-                       std::span<uint8_t>(shared.candidates).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)));
+                       std::span<uint8_t>(shared.candidates).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
+                       L.options.topk_ties);
     cap.candidates = shared.candidates;
   } else if (L.lp.cand_src >= 0) {
     for (size_t i = 0; i < score.size(); ++i)
@@ -113,19 +106,49 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
   if (L.capture) cap.index_score = score;
   const int64_t k = std::min(c.index_topk, T);
   std::vector<int32_t> idx(static_cast<size_t>(N * k));
-  for (int64_t t = 0; t < N; ++t) {
-    auto top = select_topk(std::span<const double>(score).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
-                           k, L.a.emulate, L.options.topk_ties);
-    std::sort(top.begin(), top.end());
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t p = top[static_cast<size_t>(j)];
-      idx[static_cast<size_t>(t * k + j)] = p < (t + 1) / r ? static_cast<int32_t>(p + N) : -1;
-    }
-  }
+  for (int64_t t = 0; t < N; ++t)
+    select_row(L, std::span<const double>(score).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
+               (t + 1) / r, N, std::span<int32_t>(idx).subspan(static_cast<size_t>(t * k), static_cast<size_t>(k)));
   return idx;
 }
 
 }  // namespace
+
+std::vector<double> linear_out(const LayerCtx& L, std::span<const double> x, int64_t M, const V41Linear& w,
+                               bool out_bf16) {
+  Vec y(static_cast<size_t>(M * w.out));
+  linear_w(L.a, x, M, w, y, out_bf16);
+  return y;
+}
+
+Vec index_weights(const LayerCtx& L, std::span<const double> x, int64_t M) {
+  // The product of two python floats, applied to the bf16 tensor as an fp32 constant.
+  const double ID = static_cast<double>(L.c.index_head_dim), IH = static_cast<double>(L.c.index_n_heads);
+  Vec wts = lin(L, x, M, L.w.indexer_weights_proj, true);
+  const double ws = L.a.c(std::pow(ID, -0.5) * std::pow(IH, -0.5));
+  for (double& v : wts) v = L.a.bf(L.a.mul(v, ws));
+  return wts;
+}
+
+double index_score(const LayerCtx& L, const double* dots, int64_t stride, const double* w) {
+  const bool fp32_scores = L.options.index_scores == V41IndexScores::fp32;
+  auto score_bf = [&](double v) { return fp32_scores ? v : L.a.bf(v); };
+  double s = 0.0;
+  for (int64_t h = 0; h < L.c.index_n_heads; ++h)
+    s = L.a.add(s, score_bf(L.a.mul(std::max(score_bf(dots[h * stride]), 0.0), w[h])));
+  return score_bf(s);
+}
+
+void select_row(const LayerCtx& L, std::span<const double> score, int64_t visible, int64_t offset,
+                std::span<int32_t> out) {
+  const int64_t k = static_cast<int64_t>(out.size());
+  auto top = select_topk(score, k, L.a.emulate, L.options.topk_ties);
+  std::sort(top.begin(), top.end());
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t p = top[static_cast<size_t>(j)];
+    out[static_cast<size_t>(j)] = p < visible ? static_cast<int32_t>(p + offset) : -1;
+  }
+}
 
 std::vector<double> attention_forward(const LayerCtx& L, std::span<const double> x, V41SharedAttention& shared,
                                       V41LayerCapture& cap) {
@@ -144,6 +167,12 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
   rmsnorm(L.a, kv, hd, L.w.kv_norm, c.norm_eps);
   rope_rows(L, kv, N, 1, hd, at_t, false);
   qdq_fp8_32(L.a, kv, hd);
+  if (L.cache) {  // the ring after the prompt: position t at slot t % W
+    const int64_t W = c.window_size;
+    L.cache->window.assign(static_cast<size_t>(W * hd), 0.0);
+    for (int64_t t = std::max<int64_t>(0, N - W); t < N; ++t)
+      std::copy_n(kv.begin() + t * hd, hd, L.cache->window.begin() + (t % W) * hd);
+  }
   std::vector<int32_t> win = window_topk_idxs(N, c.window_size);
   int64_t kw = std::min(N, c.window_size), kc = 0;
   std::vector<int32_t> comp;
@@ -171,6 +200,7 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
       if (L.fault != V41Fault::unrotated_compressed_keys)
         rope_rows(L, latent, T, 1, hd, [r](int64_t j) { return j * r; }, false);
       qdq_fp4_e4m3_16(L.a, latent, hd);
+      if (L.cache) L.cache->compress_kv = latent;
       shared.compress_kv = latent;
       shared.compress_rows = T;
       cap.compress_kv = latent;
@@ -196,9 +226,14 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
   }
   rope_rows(L, o, N, H, hd, at_t, true);
 
-  // The grouped output: o as [N, G, H hd / G], each group through its own [o_lora_rank, H hd / G]
-  // block of wo_a (a bf16 einsum), flattened, then wo_b.
-  const int64_t G = c.o_groups, R = c.o_lora_rank, gd = H * hd / G;
+  return grouped_output(L, o, N);
+}
+
+std::vector<double> grouped_output(const LayerCtx& L, std::span<const double> o, int64_t N) {
+  // o as [N, G, H hd / G], each group through its own [o_lora_rank, H hd / G] block of wo_a (a bf16
+  // einsum), flattened, then wo_b.
+  const V41Config& c = L.c;
+  const int64_t G = c.o_groups, R = c.o_lora_rank, gd = c.n_heads * c.head_dim / G;
   Vec og(static_cast<size_t>(N * G * R));
   for (int64_t g = 0; g < G; ++g) {
     Vec xg(static_cast<size_t>(N * gd)), yg(static_cast<size_t>(N * R));

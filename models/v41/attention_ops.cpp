@@ -215,7 +215,7 @@ std::vector<double> compress_pool(const Arith& a, std::span<const double> kv, st
 }
 
 void candidate_blocks(std::span<const double> score, int64_t visible, int64_t topk_blocks, int64_t block_size,
-                      bool as_fp32, std::span<uint8_t> mask) {
+                      bool as_fp32, std::span<uint8_t> mask, V41TopkTies ties) {
   const int64_t T = static_cast<int64_t>(score.size());
   const int64_t nb = (T + block_size - 1) / block_size;
   const double inf = std::numeric_limits<double>::infinity();
@@ -226,7 +226,8 @@ void candidate_blocks(std::span<const double> score, int64_t visible, int64_t to
   }
   // (visible - 1) // block_size with python's floor division: visible 0 pins nothing (block -1).
   if (visible > 0) bs[static_cast<size_t>((visible - 1) / block_size)] = inf;
-  const auto top = torch_topk(bs, std::min(topk_blocks, nb), true, as_fp32);
+  // Only the set of blocks matters, and select_topk's set is torch_topk's with torch ties.
+  const auto top = select_topk(bs, std::min(topk_blocks, nb), as_fp32, ties);
   std::vector<uint8_t> keep(static_cast<size_t>(nb), 0);
   for (int64_t b : top) keep[static_cast<size_t>(b)] = bs[static_cast<size_t>(b)] > -inf ? 1 : 0;
   for (int64_t j = 0; j < T; ++j) mask[static_cast<size_t>(j)] = keep[static_cast<size_t>(j / block_size)];

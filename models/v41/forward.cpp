@@ -54,12 +54,21 @@ V41IndexScores v41_index_scores_from_name(std::string_view name) {
   throw InputError(fmt::format("v41 index scores '{}': unknown (known: bf16, fp32)", name));
 }
 
+V41DecodeIndexK v41_decode_index_k_from_name(std::string_view name) {
+  if (name == "official") return V41DecodeIndexK::official;
+  if (name == "owner") return V41DecodeIndexK::owner;
+  throw InputError(fmt::format("v41 decode index keys '{}': unknown (known: official, owner)", name));
+}
+
+const char* v41_decode_index_k_name(V41DecodeIndexK k) { return k == V41DecodeIndexK::official ? "official" : "owner"; }
+
 const char* v41_topk_ties_name(V41TopkTies t) { return t == V41TopkTies::torch ? "torch" : "lowest-index"; }
 const char* v41_index_scores_name(V41IndexScores s) { return s == V41IndexScores::bf16 ? "bf16" : "fp32"; }
 
 const std::vector<std::string>& v41_fault_names() {
   static const std::vector<std::string> names = {"none", "v4-q-norm", "one-rope-theta", "unrotated-compressed-keys",
-                                                 "unclamped-shared-expert", "mhc-same-sublayer"};
+                                                 "unclamped-shared-expert", "mhc-same-sublayer",
+                                                 "decode-group-rope-at-step", "decode-fresh-compressor"};
   return names;
 }
 
@@ -155,22 +164,24 @@ fwd::RopeTable layer_rope(const fwd::Arith& a, const V41Config& c, const LayerPl
 
 }  // namespace
 
-V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
-                                    int64_t N, std::span<const int64_t> hash_ids, V41SharedAttention& shared) const {
+// One block (model.py Block.forward): Engram, the attention's mixes and its collapse with the previous
+// sublayer's pre (staggered), the attention `attend`, the FFN's mixes, its collapse with this attention's
+// pre, the MoE. The prefill and a decode step differ only in `attend`.
+template <typename Attend>
+V41LayerCapture V41Model::block(const fwd::LayerCtx& L, std::span<const double> streams,
+                                std::span<const double> pre_mix, std::span<const int64_t> hash_ids,
+                                Attend attend) const {
   const V41Config& c = config_;
-  const LayerPlan& lp = plan_[layer];
-  const V41LayerWeights& w = *layers_[static_cast<size_t>(layer)];
-  const int64_t hc = c.hc_mult, D = c.dim;
+  const V41LayerWeights& w = L.w;
+  const fwd::Arith& a = L.a;
+  const int64_t N = L.N, hc = c.hc_mult, D = c.dim;
   if (static_cast<int64_t>(streams.size()) != N * hc * D || static_cast<int64_t>(pre_mix.size()) != N * hc)
-    throw InputError(fmt::format("v41 layer {}: streams must be [N, {}, {}] and pre_mix [N, {}] for N = {}", layer, hc,
-                                 D, hc, N));
-  const fwd::Arith a(regime_);
-  const fwd::RopeTable rope = layer_rope(a, config_, lp, N, fault_);
-  const fwd::LayerCtx L{c, lp, w, a, rope, N, fault_, options_, captures_};
+    throw InputError(fmt::format("v41 layer {}: streams must be [N, {}, {}] and pre_mix [N, {}] for N = {}", L.lp.layer,
+                                 hc, D, hc, N));
   V41LayerCapture cap;
-  cap.layer = layer;
+  cap.layer = L.lp.layer;
   std::vector<double> x(streams.begin(), streams.end());
-  if (lp.engram) {
+  if (L.lp.engram) {
     if (captures_) cap.engram_in = x;
     cap.hash_ids.assign(hash_ids.begin(), hash_ids.end());
     fwd::engram_forward(L, x, hash_ids);
@@ -178,18 +189,16 @@ V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> strea
   if (captures_) cap.in = x;
   cap.pre_mix.assign(pre_mix.begin(), pre_mix.end());
 
-  // Attention: its mixes from its input; collapse with the previous sublayer's pre (staggered).
   fwd::HcMix am = fwd::hc_mixes(a, x, N, hc, D, w.hc_attn_fn, w.hc_attn_scale, w.hc_attn_base, c.norm_eps,
                                 c.hc_sinkhorn_iters, c.hc_eps);
   const bool same_sublayer = fault_ == V41Fault::mhc_same_sublayer;
   std::vector<double> y = fwd::hc_pre(a, x, same_sublayer ? std::span<const double>(am.pre) : pre_mix, N, hc, D);
   fwd::rmsnorm(a, y, D, w.attn_norm, c.norm_eps);
   if (captures_) cap.attn_x = y;
-  y = fwd::attention_forward(L, y, shared, cap);
+  y = attend(y, cap);
   if (captures_) cap.attn_out = y;
   x = fwd::hc_post(a, y, x, am.post, am.comb, N, hc, D);
 
-  // FFN: its mixes from the new streams; collapse with this layer's attention pre.
   fwd::HcMix fm = fwd::hc_mixes(a, x, N, hc, D, w.hc_ffn_fn, w.hc_ffn_scale, w.hc_ffn_base, c.norm_eps,
                                 c.hc_sinkhorn_iters, c.hc_eps);
   y = fwd::hc_pre(a, x, same_sublayer ? fm.pre : am.pre, N, hc, D);
@@ -206,6 +215,32 @@ V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> strea
   cap.ffn_post = std::move(fm.post);
   cap.ffn_comb = std::move(fm.comb);
   return cap;
+}
+
+V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
+                                    int64_t N, std::span<const int64_t> hash_ids, V41SharedAttention& shared,
+                                    V41LayerCache* cache) const {
+  const LayerPlan& lp = plan_[layer];
+  const fwd::Arith a(regime_);
+  const fwd::RopeTable rope = layer_rope(a, config_, lp, N, fault_);
+  fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_, options_, captures_};
+  L.cache = cache;
+  return block(L, streams, pre_mix, hash_ids, [&](std::span<const double> y, V41LayerCapture& cap) {
+    return fwd::attention_forward(L, y, shared, cap);
+  });
+}
+
+V41LayerCapture V41Model::decode_layer(int64_t layer, std::span<const double> streams,
+                                       std::span<const double> pre_mix, std::span<const int64_t> hash_ids,
+                                       V41DecodeState& state) const {
+  if (static_cast<int64_t>(state.layers.size()) != config_.n_layers)
+    throw InputError("v41 decode: the state was not seeded by a prefill of this model");
+  const fwd::Arith a(regime_);
+  const fwd::RopeTable none;  // the attention step makes its own
+  const fwd::LayerCtx L{config_, plan_[layer], *layers_[static_cast<size_t>(layer)], a, none, 1, fault_, options_, captures_};
+  return block(L, streams, pre_mix, hash_ids, [&](std::span<const double> y, V41LayerCapture& cap) {
+    return attention_step(layer, y, state, cap);
+  });
 }
 
 std::vector<double> V41Model::attention(int64_t layer, std::span<const double> x, int64_t N,
@@ -249,7 +284,8 @@ std::vector<int64_t> V41Model::engram_layer_hash_ids(std::span<const int64_t> id
   return out;
 }
 
-V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41EngramHashing& hashing) const {
+V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
+                                   V41DecodeState* state) const {
   const int64_t N = static_cast<int64_t>(tokens.size());
   if (N == 0) throw InputError("v41 forward: an empty prompt");
   const std::vector<int64_t> hashes = engram_hash_ids(tokens, hashing);
@@ -257,16 +293,77 @@ V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41Eng
   out.N = N;
   std::vector<double> h = embed(tokens), pre = initial_pre_mix(N);
   V41SharedAttention shared;
+  if (state) {
+    *state = V41DecodeState{};
+    state->pos = N;
+    state->tokens.assign(tokens.begin(), tokens.end());
+    state->layers.resize(plan_.layers.size());
+  }
   int64_t engram_index = 0;
   for (const LayerPlan& lp : plan_.layers) {
     std::vector<int64_t> ids;
     if (lp.engram) ids = engram_layer_hash_ids(hashes, N, engram_index++);
-    V41LayerCapture cap = run_layer(lp.layer, h, pre, N, ids, shared);
+    V41LayerCapture cap =
+        run_layer(lp.layer, h, pre, N, ids, shared, state ? &state->layers[static_cast<size_t>(lp.layer)] : nullptr);
     h = captures_ ? cap.out : std::move(cap.out);
     pre = cap.ffn_pre;
     out.layers.push_back(std::move(cap));
   }
+  if (state) seed_decode_pointers(*state);
   head(h, pre, N, out);
+  return out;
+}
+
+void V41Model::seed_decode_pointers(V41DecodeState& state) const {
+  const int64_t N = state.pos;
+  // model.py's shared_attn after the prompt: every kv source republished its compressed KV; an index-key
+  // owner published its keys when its indexer ran (a group complete: N >= ratio).
+  for (const LayerPlan& lp : plan_.layers) {
+    if (lp.owns_compressor) state.compress_kv_from = lp.layer;
+    if (lp.owns_index_k && N / lp.ratio > 0) state.index_k_from = lp.layer;
+  }
+}
+
+std::vector<int64_t> V41Model::engram_step_hash_ids(const V41DecodeState& state, const V41EngramHashing& hashing) const {
+  // The newest token's n-grams reach max_ngram_size - 1 tokens back: hash that tail, keep its last row.
+  const int64_t n = static_cast<int64_t>(state.tokens.size());
+  const int64_t from = std::max<int64_t>(0, n - config_.engram_max_ngram_size);
+  const std::span<const int64_t> tail(state.tokens.data() + from, static_cast<size_t>(n - from));
+  const std::vector<int64_t> ids = engram_hash_ids(tail, hashing);
+  if (ids.empty()) return {};
+  const size_t row = ids.size() / tail.size();
+  return {ids.end() - static_cast<std::ptrdiff_t>(row), ids.end()};
+}
+
+std::vector<double> V41Model::attention_step(int64_t layer, std::span<const double> x, V41DecodeState& state,
+                                             V41LayerCapture& cap) const {
+  const LayerPlan& lp = plan_[layer];
+  const fwd::Arith a(regime_);
+  const fwd::RopeTable rope = layer_rope(a, config_, lp, state.pos + 1, fault_);  // positions 0 .. pos
+  const fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, 1, fault_, options_, captures_};
+  return fwd::attention_decode(L, x, state, cap);
+}
+
+V41ForwardResult V41Model::decode_step(int64_t token, const V41EngramHashing& hashing, V41DecodeState& state) const {
+  if (static_cast<int64_t>(state.layers.size()) != config_.n_layers)
+    throw InputError("v41 decode: the state was not seeded by a prefill of this model");
+  const std::vector<double> h0 = embed(std::span<const int64_t>(&token, 1));  // checks the id
+  state.tokens.push_back(token);
+  const std::vector<int64_t> hashes = engram_step_hash_ids(state, hashing);
+  V41ForwardResult out;
+  out.N = 1;
+  std::vector<double> h = h0, pre = initial_pre_mix(1);
+  int64_t engram_index = 0;
+  for (const LayerPlan& lp : plan_.layers) {
+    std::vector<int64_t> ids;
+    if (lp.engram) ids = engram_layer_hash_ids(hashes, 1, engram_index++);
+    V41LayerCapture cap = decode_layer(lp.layer, h, pre, ids, state);
+    h = captures_ ? cap.out : std::move(cap.out);
+    pre = cap.ffn_pre;
+    out.layers.push_back(std::move(cap));
+  }
+  ++state.pos;
+  head(h, pre, 1, out);
   return out;
 }
 

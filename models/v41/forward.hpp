@@ -15,6 +15,9 @@
 #include "models/v41/plan.hpp"
 
 namespace ced::v41 {
+namespace fwd {
+struct LayerCtx;
+}
 
 // docs/v41.md §8.1. f64: the official maths and its quantization points (window KV FP8, latent FP4
 // per 16, index q/k FP4 per 32) in double, nothing else rounded. bf16: the official dtype="bf16"
@@ -31,14 +34,22 @@ V41Regime v41_regime_from_name(std::string_view name);  // InputError naming the
 // What the release leaves open (docs/v41.md §8.7), with the official code's behaviour as default.
 enum class V41TopkTies { torch, lowest_index };  // equal index scores: torch's CPU top-k | lower position first
 enum class V41IndexScores { bf16, fp32 };        // the index score's three bf16 roundings kept | none
+// Which index keys a decode step scores against (docs/v41.md §8.8). model.py republishes an owner's
+// keys only on a step that completes its group, so on the other steps a ratio-2 indexer reads the keys
+// the last publisher left (another layer's, of another ratio): `official`. Ports that mend it score
+// every indexer against its own owner's keys on every step: `owner`. Prefill is the same either way.
+enum class V41DecodeIndexK { official, owner };
 struct V41Options {
   V41TopkTies topk_ties = V41TopkTies::torch;
   V41IndexScores index_scores = V41IndexScores::bf16;
+  V41DecodeIndexK decode_index_k = V41DecodeIndexK::official;
 };
 V41TopkTies v41_topk_ties_from_name(std::string_view name);        // "torch" | "lowest-index"; InputError
 V41IndexScores v41_index_scores_from_name(std::string_view name);  // "bf16" | "fp32"; InputError
+V41DecodeIndexK v41_decode_index_k_from_name(std::string_view name);  // "official" | "owner"; InputError
 const char* v41_topk_ties_name(V41TopkTies t);
 const char* v41_index_scores_name(V41IndexScores s);
+const char* v41_decode_index_k_name(V41DecodeIndexK k);
 
 // Negative controls (docs/v41.md §12.4): bugs the ports really had, planted on demand so that a test can
 // show the gate catching each at its layer. Never set outside those tests.
@@ -49,6 +60,10 @@ enum class V41Fault {
   unrotated_compressed_keys,  // the compressed KV published without its RoPE
   unclamped_shared_expert,    // the shared expert's SwiGLU without swiglu_limit
   mhc_same_sublayer,          // each sublayer collapsed with its own fresh pre, not the previous one's
+  decode_group_rope_at_step,  // decode: a completed group's latent and index key rotated at the step's
+                              // position, not at its first token's (start_pos + 1 - ratio)
+  decode_fresh_compressor,    // decode: the compressor's partial group started empty, the prefill's
+                              // trailing tokens of it dropped (a lost hand-off of kv_state)
 };
 const std::vector<std::string>& v41_fault_names();  // "none", "v4-q-norm", ... (the enum's order)
 V41Fault v41_fault_from_name(std::string_view name);  // InputError naming the known ones
@@ -112,6 +127,28 @@ struct V41ForwardResult {
   std::vector<double> logits;           // [N, vocab_size] every position (fp32 values in bf16)
 };
 
+// What one layer keeps between a prefill and its decode steps (model.py's per-layer buffers).
+struct V41LayerCache {
+  std::vector<double> window;       // [W, head_dim] the window KV ring: position p at slot p % W (zeros unwritten)
+  std::vector<double> kv_state;     // [ratio, head_dim] kv sources of ratio > 1: the group being filled, its
+  std::vector<double> score_state;  // fp32 wkv and wgate rows at slot p % ratio (score -inf unwritten)
+  std::vector<double> compress_kv;  // [rows, head_dim] kv sources: every compressed row so far (RoPE, FP4)
+  std::vector<double> index_k;      // [rows, index_head_dim] index-key owners: every index key so far
+};
+
+// The state a decode step reads and extends: the caches, the token history (Engram's n-grams reach
+// back) and model.py's shared_attn, whose compressed KV and index keys are the cache of the layer
+// that last published them (a pointer in model.py: here that layer's number).
+struct V41DecodeState {
+  int64_t pos = 0;                    // tokens consumed: the next step's start_pos
+  std::vector<int64_t> tokens;        // [pos] every token so far
+  std::vector<V41LayerCache> layers;  // [n_layers]
+  int64_t compress_kv_from = -1, index_k_from = -1;
+  int64_t topk = 0;                   // this step's published selection: [1, topk], offset by W
+  std::vector<int32_t> topk_idxs;
+  std::vector<uint8_t> candidates;    // [1, (pos + 1) / ratio] of the candidate source, this step
+};
+
 struct V41LayerWeights;
 
 // The weights of one config, dequantized once (docs/v41.md §8.2), and the forward over them.
@@ -142,8 +179,27 @@ class V41Model {
   // Engram layer number `index` (0 for the first Engram layer)'s columns of those: [N, cols].
   std::vector<int64_t> engram_layer_hash_ids(std::span<const int64_t> ids, int64_t N, int64_t index) const;
 
-  // The whole prefill. tokens: [N] in [0, vocab_size). hashing: needed when Engram is on.
-  V41ForwardResult forward(std::span<const int64_t> tokens, const V41EngramHashing& hashing) const;
+  // The whole prefill. tokens: [N] in [0, vocab_size). hashing: needed when Engram is on. With a
+  // state, it is seeded for decode steps after the prompt (model.py's buffers after a prefill).
+  V41ForwardResult forward(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
+                           V41DecodeState* state = nullptr) const;
+
+  // One decode step (model.py Transformer.forward with start_pos = state.pos, one token) on a state a
+  // prefill seeded: a result of N = 1 (its layers' captures, logits [1, vocab]); the state advances.
+  V41ForwardResult decode_step(int64_t token, const V41EngramHashing& hashing, V41DecodeState& state) const;
+  // One block of a decode step fed the given streams [1, hc, dim] and pre_mix [1, hc] (teacher forcing),
+  // at position state.pos, reading and extending the state; the caller appends the token to
+  // state.tokens before the first layer and advances state.pos after the last.
+  V41LayerCapture decode_layer(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
+                               std::span<const int64_t> hash_ids, V41DecodeState& state) const;
+  // The attention of a decode step alone, on x [1, dim] (attn_norm's output), extending the state.
+  std::vector<double> attention_step(int64_t layer, std::span<const double> x, V41DecodeState& state,
+                                     V41LayerCapture& cap) const;
+  // model.py's shared_attn pointers after a prefill of state.pos tokens (a state built from another's
+  // caches, as the gate does from the official's): the last kv source, the last owner whose keys exist.
+  void seed_decode_pointers(V41DecodeState& state) const;
+  // The hash ids of the newest token of state.tokens: [n_engram_layers, cols].
+  std::vector<int64_t> engram_step_hash_ids(const V41DecodeState& state, const V41EngramHashing& hashing) const;
 
   // The embedding, expanded to hc_mult identical streams: [N, hc, dim]; and the one-hot pre_mix.
   std::vector<double> embed(std::span<const int64_t> tokens) const;
@@ -151,8 +207,10 @@ class V41Model {
 
   // One block fed the given streams (before its Engram, if it has one) and pre_mix, reading and
   // updating the shared attention state. hash_ids: [N, cols] this layer's (empty without Engram).
+  // cache: when given, the layer's decode buffers are seeded from this prefill.
   V41LayerCapture run_layer(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
-                            int64_t N, std::span<const int64_t> hash_ids, V41SharedAttention& shared) const;
+                            int64_t N, std::span<const int64_t> hash_ids, V41SharedAttention& shared,
+                            V41LayerCache* cache = nullptr) const;
 
   // The two sublayers alone (for a comparison fed another's sublayer inputs): the attention on x
   // [N, dim] (attn_norm's output), reading and updating shared; the MoE on x (ffn_norm's output).
@@ -167,6 +225,10 @@ class V41Model {
   void head_collapsed(std::span<const double> collapsed, int64_t N, V41ForwardResult& out) const;
 
  private:
+  template <typename Attend>
+  V41LayerCapture block(const fwd::LayerCtx& L, std::span<const double> streams, std::span<const double> pre_mix,
+                        std::span<const int64_t> hash_ids, Attend attend) const;
+
   V41Config config_;
   V41Plan plan_;
   V41Regime regime_;

@@ -141,8 +141,9 @@ std::vector<double> compress_pool(const Arith& a, std::span<const double> kv, st
 // select_candidate_blocks for one query row: score [T] (-inf where unreachable), visible = the
 // query's compress length; block max over block_size (padded with -inf), the block holding visible-1
 // pinned at +inf, the top min(topk_blocks, n_blocks) blocks kept when > -inf. mask [T].
+// ties: the rule of equal block scores (V41TopkTies), the index scores' own.
 void candidate_blocks(std::span<const double> score, int64_t visible, int64_t topk_blocks, int64_t block_size,
-                      bool as_fp32, std::span<uint8_t> mask);
+                      bool as_fp32, std::span<uint8_t> mask, V41TopkTies ties = V41TopkTies::torch);
 
 // ---- MoE (docs/v41.md §9.1)
 
@@ -169,7 +170,37 @@ struct LayerCtx {
   V41Fault fault = V41Fault::none;  // a planted negative control (forward.hpp)
   V41Options options = {};          // the switches of what the release leaves open (forward.hpp)
   bool capture = true;              // copy the large captures (V41Model::set_captures)
+  V41LayerCache* cache = nullptr;   // a prefill seeding the decode buffers (forward.hpp)
 };
+
+// Y = X · Wᵀ of a stored linear (linear_w) into a new [M, w.out].
+std::vector<double> linear_out(const LayerCtx& L, std::span<const double> x, int64_t M, const V41Linear& w,
+                               bool out_bf16);
+// Rotates each of `heads` vectors of width d per row of x at the position pos_of(row).
+template <typename Pos>
+void rope_rows(const LayerCtx& L, std::vector<double>& x, int64_t rows, int64_t heads, int64_t d, Pos pos_of,
+               bool inverse) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads; ++h) apply_rope(L.a, x.data() + (r * heads + h) * d, d, L.rope, pos_of(r), inverse);
+}
+// The index score of one query against one key: Σ_h bf16(relu(bf16(dot_h)) · w_h), the head sum in fp32,
+// then bf16 (none of the three bf16 roundings with --index-scores fp32). dots: the query's per-head dot
+// products with the key, dots[h · stride]; w: its n_heads weights.
+double index_score(const LayerCtx& L, const double* dots, int64_t stride, const double* w);
+// The published selection of one query row from its masked scores [T]: the top min(index_topk, T)
+// (select_topk), in position order, each + offset, or -1 past the query's `visible` groups. out: [k].
+void select_row(const LayerCtx& L, std::span<const double> score, int64_t visible, int64_t offset,
+                std::span<int32_t> out);
+// The weights_proj(x) · (index_head_dim^-0.5 · index_n_heads^-0.5) of the indexer: [M, index_n_heads] bf16.
+std::vector<double> index_weights(const LayerCtx& L, std::span<const double> x, int64_t M);
+
+// The grouped output projection of sparse_attn's output o [N, H, hd] (after the inverse RoPE): [N, dim].
+std::vector<double> grouped_output(const LayerCtx& L, std::span<const double> o, int64_t N);
+// model.py Attention.forward of one decode step (start_pos = state.pos) on x [1, dim]: the window ring,
+// the compressor's group, the indexer on every key so far, the candidate pool of this step, and
+// sparse_attn over [ring | compressed rows]. L.rope covers positions 0 .. state.pos.
+std::vector<double> attention_decode(const LayerCtx& L, std::span<const double> x, V41DecodeState& state,
+                                     V41LayerCapture& cap);
 
 // The indices of the k largest values (unsorted order aside, as torch_topk): with torch ties, exactly
 // torch_topk; with lowest_index ties, the k largest with equal values taken lower index first, in

@@ -10,6 +10,7 @@
 #include "io/h5_util.hpp"
 #include "model/error.hpp"
 #include "models/v41/numerics.hpp"
+#include "models/v41/plan.hpp"
 
 namespace ced::v41 {
 namespace {
@@ -111,13 +112,155 @@ std::vector<double> read_values(hid_t file, const std::string& path, std::vector
 // The shape of a dataset against what the config and N imply: rank, leading N (unless compressed),
 // and every fixed trailing dimension.
 void check_shape(const std::string& path, const std::vector<int64_t>& dims, int64_t N, const std::vector<int64_t>& tail,
-                 bool compressed) {
+                 bool compressed, int64_t max_rows) {
   auto bad = [&](const std::string& why) { throw InputError(fmt::format("{}: {}", path, why)); };
   if (dims.size() != tail.size() + 1) bad(fmt::format("rank {}, expected {}", dims.size(), tail.size() + 1));
   if (!compressed && dims[0] != N) bad(fmt::format("{} rows, expected N = {}", dims[0], N));
-  if (compressed && (dims[0] < 0 || dims[0] > 2 * N)) bad(fmt::format("{} rows for N = {}", dims[0], N));
+  if (compressed && (dims[0] < 0 || dims[0] > max_rows)) bad(fmt::format("{} rows for N = {}", dims[0], N));
   for (size_t i = 0; i < tail.size(); ++i)
     if (tail[i] > 0 && dims[i + 1] != tail[i]) bad(fmt::format("dimension {} is {}, expected {}", i + 1, dims[i + 1], tail[i]));
+}
+
+
+// The captures of every layer under PREFIX/layers/L (PREFIX "" for the prefill, /decode/steps/S for a step).
+void write_layers(hid_t file, const std::string& prefix, const std::vector<V41LayerCapture>& layers, int64_t N,
+                  const V41Config& config, bool as_float) {
+  h5::create_group(file, prefix + "/layers");
+  for (const auto& c : layers) {
+    const std::string g = fmt::format("{}/layers/{}", prefix, c.layer);
+    h5::create_group(file, g);
+    for (const auto& rf : real_fields()) {
+      const auto& v = c.*rf.field;
+      if (!v.empty()) h5::write_reals(file, g + "/" + rf.name, v.data(), dims_of(v.size(), N, rf.tail(config)), as_float);
+    }
+    for (const auto& inf : int_fields()) {
+      const auto v = inf.get(c);
+      if (v.empty()) continue;
+      const std::vector<hsize_t> dims{static_cast<hsize_t>(N), static_cast<hsize_t>(static_cast<int64_t>(v.size()) / N)};
+      h5::write_ints(file, g + "/" + inf.name, v.data(), dims);
+    }
+  }
+}
+
+// The final collapse, norm and logits under PREFIX.
+void write_head(hid_t file, const std::string& prefix, const V41ForwardResult& r, int64_t N, const V41Config& config,
+                bool as_float) {
+  const auto D = static_cast<hsize_t>(config.dim), V = static_cast<hsize_t>(config.vocab_size), n = static_cast<hsize_t>(N);
+  h5::create_group(file, prefix + "/final");
+  h5::write_reals(file, prefix + "/final/collapsed", r.final_collapsed.data(), {n, D}, as_float);
+  h5::write_reals(file, prefix + "/final/normed", r.final_normed.data(), {n, D}, as_float);
+  h5::write_reals(file, prefix + "/logits", r.logits.data(), {n, V}, as_float);
+}
+
+// max_rows: the most rows a compressed capture may have (2N in a prefill; a step's attn_kv is the ring
+// and the compressed rows so far).
+std::vector<V41LayerCapture> read_layers(hid_t file, const std::string& prefix, int64_t N, int64_t max_rows,
+                                         const V41Config& config) {
+  std::vector<V41LayerCapture> layers;
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    const std::string g = fmt::format("{}/layers/{}", prefix, l);
+    V41LayerCapture c;
+    c.layer = l;
+    if (h5::exists(file, g)) {
+      for (const auto& rf : real_fields()) {
+        const std::string p = g + "/" + rf.name;
+        if (!h5::exists(file, p)) continue;
+        std::vector<int64_t> dims;
+        c.*rf.field = read_values(file, p, &dims);
+        check_shape(p, dims, N, rf.tail(config), rf.compressed, max_rows);
+      }
+      for (const auto& inf : int_fields()) {
+        const std::string p = g + "/" + inf.name;
+        if (!h5::exists(file, p)) continue;
+        const h5::Array<int64_t> a = h5::read_ints(file, p, 2);
+        check_shape(p, a.dims, N, {-1}, false, max_rows);
+        inf.set(c, a.values);
+        if (std::string(inf.name) == "topk_idxs") c.topk = a.dims[1];
+      }
+    }
+    layers.push_back(std::move(c));
+  }
+  return layers;
+}
+
+void read_head(hid_t file, const std::string& prefix, int64_t N, const V41Config& config, V41ForwardResult& r) {
+  std::vector<int64_t> dims;
+  r.final_collapsed = read_values(file, prefix + "/final/collapsed", &dims);
+  check_shape(prefix + "/final/collapsed", dims, N, {config.dim}, false, N);
+  r.final_normed = read_values(file, prefix + "/final/normed", &dims);
+  check_shape(prefix + "/final/normed", dims, N, {config.dim}, false, N);
+  r.logits = read_values(file, prefix + "/logits", &dims);
+  check_shape(prefix + "/logits", dims, N, {config.vocab_size}, false, N);
+}
+
+// A seed dataset: [rows, width] exactly.
+void write_matrix(hid_t file, const std::string& path, const std::vector<double>& v, int64_t width, bool as_float) {
+  if (v.empty()) return;
+  h5::write_reals(file, path, v.data(), {static_cast<hsize_t>(static_cast<int64_t>(v.size()) / width), static_cast<hsize_t>(width)},
+                  as_float);
+}
+std::vector<double> read_matrix(hid_t file, const std::string& path, int64_t rows, int64_t width) {
+  if (!h5::exists(file, path)) return {};
+  std::vector<int64_t> dims;
+  std::vector<double> v = read_values(file, path, &dims);
+  if (dims != std::vector<int64_t>{rows, width})
+    throw InputError(fmt::format("{}: shape is not [{}, {}]", path, rows, width));
+  return v;
+}
+
+void write_decode(hid_t file, const V41DecodeRecord& d, const V41Config& config, bool as_float) {
+  h5::create_group(file, "/decode");
+  h5::write_ints(file, "/decode/tokens", d.tokens.data(), {static_cast<hsize_t>(d.tokens.size())});
+  h5::create_group(file, "/decode/seed");
+  h5::create_group(file, "/decode/seed/layers");
+  for (size_t l = 0; l < d.seed.size(); ++l) {
+    const std::string g = fmt::format("/decode/seed/layers/{}", l);
+    h5::create_group(file, g);
+    write_matrix(file, g + "/window", d.seed[l].window, config.head_dim, as_float);
+    write_matrix(file, g + "/kv_state", d.seed[l].kv_state, config.head_dim, as_float);
+    write_matrix(file, g + "/score_state", d.seed[l].score_state, config.head_dim, as_float);
+  }
+  h5::create_group(file, "/decode/steps");
+  for (size_t s = 0; s < d.steps.size(); ++s) {
+    const std::string prefix = fmt::format("/decode/steps/{}", s);
+    h5::create_group(file, prefix);
+    write_layers(file, prefix, d.steps[s].layers, 1, config, as_float);
+    write_head(file, prefix, d.steps[s], 1, config, as_float);
+  }
+}
+
+V41DecodeRecord read_decode(hid_t file, const V41Config& config, int64_t N) {
+  V41DecodeRecord d;
+  d.tokens = h5::read_ints(file, "/decode/tokens", 1).values;
+  if (d.tokens.empty()) throw InputError("/decode/tokens: empty");
+  for (size_t i = 0; i < d.tokens.size(); ++i)
+    if (d.tokens[i] < 0 || d.tokens[i] >= config.vocab_size)
+      throw InputError(fmt::format("/decode/tokens: token {} is {}, outside [0, {})", i, d.tokens[i], config.vocab_size));
+  const int64_t total = N + static_cast<int64_t>(d.tokens.size());
+  const V41Plan plan = make_v41_plan(config);
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    const std::string g = fmt::format("/decode/seed/layers/{}", l);
+    V41LayerCache c;
+    c.window = read_matrix(file, g + "/window", config.window_size, config.head_dim);
+    if (c.window.empty()) throw InputError(fmt::format("{}/window: missing", g));
+    const int64_t r = plan[l].ratio;
+    if (plan[l].owns_compressor && r > 1) {
+      c.kv_state = read_matrix(file, g + "/kv_state", r, config.head_dim);
+      c.score_state = read_matrix(file, g + "/score_state", r, config.head_dim);
+      if (c.kv_state.empty() || c.score_state.empty()) throw InputError(fmt::format("{}: no compressor group state", g));
+    }
+    d.seed.push_back(std::move(c));
+  }
+  for (size_t s = 0; s < d.tokens.size(); ++s) {
+    const std::string prefix = fmt::format("/decode/steps/{}", s);
+    if (!h5::exists(file, prefix)) throw InputError(fmt::format("{}: missing ({} decode tokens)", prefix, d.tokens.size()));
+    V41ForwardResult r;
+    r.N = 1;
+    r.layers = read_layers(file, prefix, 1, config.window_size + total, config);
+    read_head(file, prefix, 1, config, r);
+    d.steps.push_back(std::move(r));
+  }
+  return d;
 }
 
 }  // namespace
@@ -135,31 +278,14 @@ void write_v41_run_file(const std::filesystem::path& path, const V41RunFile& f) 
     h5::write_string_attr(file, "/", "weights_digest", f.weights_digest);
     h5::write_string_attr(file, "/", "topk_ties", v41_topk_ties_name(f.options.topk_ties));
     h5::write_string_attr(file, "/", "index_scores", v41_index_scores_name(f.options.index_scores));
+    h5::write_string_attr(file, "/", "decode_index_k", v41_decode_index_k_name(f.options.decode_index_k));
     if (f.weight_seed) h5::write_uint_attr(file, "/", "weight_seed", *f.weight_seed);
     h5::create_group(file, "/provenance");
     for (const auto& [k, v] : f.provenance) h5::write_string_attr(file, "/provenance", k, v);
     h5::write_ints(file, "/tokens", f.tokens.data(), {static_cast<hsize_t>(N)});
-    h5::create_group(file, "/layers");
-    for (const auto& c : f.result.layers) {
-      const std::string g = fmt::format("/layers/{}", c.layer);
-      h5::create_group(file, g);
-      for (const auto& rf : real_fields()) {
-        const auto& v = c.*rf.field;
-        if (!v.empty())
-          h5::write_reals(file, g + "/" + rf.name, v.data(), dims_of(v.size(), N, rf.tail(f.config)), as_float);
-      }
-      for (const auto& inf : int_fields()) {
-        const auto v = inf.get(c);
-        if (v.empty()) continue;
-        const std::vector<hsize_t> dims{static_cast<hsize_t>(N), static_cast<hsize_t>(static_cast<int64_t>(v.size()) / N)};
-        h5::write_ints(file, g + "/" + inf.name, v.data(), dims);
-      }
-    }
-    h5::create_group(file, "/final");
-    const auto D = static_cast<hsize_t>(f.config.dim), V = static_cast<hsize_t>(f.config.vocab_size);
-    h5::write_reals(file, "/final/collapsed", f.result.final_collapsed.data(), {static_cast<hsize_t>(N), D}, as_float);
-    h5::write_reals(file, "/final/normed", f.result.final_normed.data(), {static_cast<hsize_t>(N), D}, as_float);
-    h5::write_reals(file, "/logits", f.result.logits.data(), {static_cast<hsize_t>(N), V}, as_float);
+    write_layers(file, "", f.result.layers, N, f.config, as_float);
+    write_head(file, "", f.result, N, f.config, as_float);
+    const auto V = static_cast<hsize_t>(f.config.vocab_size);
     if (!f.logits_last.empty()) h5::write_reals(file, "/logits_last", f.logits_last.data(), {V}, as_float);
     if (!f.rope.empty()) {
       h5::create_group(file, "/rope");
@@ -167,6 +293,7 @@ void write_v41_run_file(const std::filesystem::path& path, const V41RunFile& f) 
         h5::write_reals(file, "/rope/" + k, v.data(),
                         {static_cast<hsize_t>(N), static_cast<hsize_t>(f.config.rope_head_dim / 2)}, as_float);
     }
+    if (f.decode) write_decode(file, *f.decode, f.config, as_float);
   });
 }
 
@@ -188,6 +315,8 @@ V41RunFile read_v41_run_file(const std::filesystem::path& path) {
       f.options.topk_ties = v41_topk_ties_from_name(h5::read_string_attr(file, "/", "topk_ties"));
     if (h5::has_attr(file, "/", "index_scores"))
       f.options.index_scores = v41_index_scores_from_name(h5::read_string_attr(file, "/", "index_scores"));
+    if (h5::has_attr(file, "/", "decode_index_k"))
+      f.options.decode_index_k = v41_decode_index_k_from_name(h5::read_string_attr(file, "/", "decode_index_k"));
     if (h5::has_attr(file, "/", "weight_seed")) f.weight_seed = h5::read_uint_attr(file, "/", "weight_seed");
     if (h5::exists(file, "/provenance")) {
       for (const auto& k : h5::attr_names(file, "/provenance"))
@@ -201,36 +330,9 @@ V41RunFile read_v41_run_file(const std::filesystem::path& path) {
       if (f.tokens[i] < 0 || f.tokens[i] >= f.config.vocab_size)
         throw InputError(fmt::format("/tokens: token {} is {}, outside [0, {})", i, f.tokens[i], f.config.vocab_size));
     f.result.N = N;
-    for (int64_t l = 0; l < f.config.n_layers; ++l) {
-      const std::string g = fmt::format("/layers/{}", l);
-      V41LayerCapture c;
-      c.layer = l;
-      if (h5::exists(file, g)) {
-        for (const auto& rf : real_fields()) {
-          const std::string p = g + "/" + rf.name;
-          if (!h5::exists(file, p)) continue;
-          std::vector<int64_t> dims;
-          c.*rf.field = read_values(file, p, &dims);
-          check_shape(p, dims, N, rf.tail(f.config), rf.compressed);
-        }
-        for (const auto& inf : int_fields()) {
-          const std::string p = g + "/" + inf.name;
-          if (!h5::exists(file, p)) continue;
-          const h5::Array<int64_t> a = h5::read_ints(file, p, 2);
-          check_shape(p, a.dims, N, {-1}, false);
-          inf.set(c, a.values);
-          if (std::string(inf.name) == "topk_idxs") c.topk = a.dims[1];
-        }
-      }
-      f.result.layers.push_back(std::move(c));
-    }
+    f.result.layers = read_layers(file, "", N, 2 * N, f.config);
+    read_head(file, "", N, f.config, f.result);
     std::vector<int64_t> dims;
-    f.result.final_collapsed = read_values(file, "/final/collapsed", &dims);
-    check_shape("/final/collapsed", dims, N, {f.config.dim}, false);
-    f.result.final_normed = read_values(file, "/final/normed", &dims);
-    check_shape("/final/normed", dims, N, {f.config.dim}, false);
-    f.result.logits = read_values(file, "/logits", &dims);
-    check_shape("/logits", dims, N, {f.config.vocab_size}, false);
     if (h5::exists(file, "/logits_last")) {
       f.logits_last = read_values(file, "/logits_last", &dims);
       if (dims != std::vector<int64_t>{f.config.vocab_size}) throw InputError("/logits_last: shape is not [vocab_size]");
@@ -240,8 +342,9 @@ V41RunFile read_v41_run_file(const std::filesystem::path& path) {
         const std::string p = std::string("/rope/") + k;
         if (!h5::exists(file, p)) continue;
         f.rope[k] = read_values(file, p, &dims);
-        check_shape(p, dims, N, {f.config.rope_head_dim / 2}, false);
+        check_shape(p, dims, N, {f.config.rope_head_dim / 2}, false, N);
       }
+    if (h5::exists(file, "/decode")) f.decode = read_decode(file, f.config, N);
     return f;
   });
 }

@@ -17,6 +17,15 @@ namespace ced::v41 {
 inline constexpr const char* kV41RunFormat = "ced-v41-run";
 inline constexpr int64_t kV41RunFormatVersion = 1;
 
+// Decode steps after the prefill (docs/v41.md §12.2): /decode in the file.
+struct V41DecodeRecord {
+  std::vector<int64_t> tokens;           // [K] the tokens of the steps, after the prefill's /tokens
+  // [n_layers] the decode's seed: every layer's window ring and compressor group after the prefill
+  // (its compressed KV and index keys are the prefill's captures).
+  std::vector<V41LayerCache> seed;
+  std::vector<V41ForwardResult> steps;   // [K] each of N = 1: its layers' captures, final, logits
+};
+
 struct V41RunFile {
   std::string generator;       // what wrote it ("ced run (ced-harness 0.x)", "DeepSeek inference/model.py ...")
   V41Config config;            // stored as the flat inference/config.json text
@@ -32,6 +41,7 @@ struct V41RunFile {
   std::vector<double> logits_last;  // [vocab] the writer's own last-position logits, when it has them
   // rope tables by name (swa_cos, swa_sin, compressed_cos, compressed_sin), [N, rope_head_dim / 2]
   std::map<std::string, std::vector<double>> rope;
+  std::optional<V41DecodeRecord> decode;  // with decode steps
 };
 
 // Writes atomically (a temporary file renamed into place). Values are stored as float32 under the
