@@ -45,7 +45,7 @@ Runner add_run(CLI::App& app) {
     bool weights = false;
     std::string fault = "none", cache_out, cache_in;
     std::string checkpoint, regime = "release", token_file, topk_ties = "torch", index_scores = "bf16";
-    std::string decode_index_k = "official";
+    std::string decode_index_k = "official", convention = "sglang";
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("run", "run one prefill (and decode) on one backend and write it as HDF5");
@@ -56,6 +56,8 @@ Runner add_run(CLI::App& app) {
   sub->add_option("--topk-ties", o->topk_ties, "v41: torch | lowest-index (equal index scores, docs/v41.md §8.7)")
       ->capture_default_str();
   sub->add_option("--index-scores", o->index_scores, "v41: bf16 | fp32 (the index score's roundings, docs/v41.md §8.7)")
+      ->capture_default_str();
+  sub->add_option("--convention", o->convention, "v41, ced: sglang | trtllm | vllm (the replay's cut, docs/v41.md §13)")
       ->capture_default_str();
   sub->add_option("--decode-index-k", o->decode_index_k,
                   "v41: official | owner (the index keys of a decode step, docs/v41.md §8.8)")
@@ -90,7 +92,7 @@ Runner add_run(CLI::App& app) {
               if (!o->checkpoint.empty() && sub->count("--config") > 0)
                 throw InputError("--checkpoint: a folder carries its config; give --checkpoint or --config, not both");
               refuse_given(sub,
-                           {"--mode", "--replay", "--prefix", "--resume-replay", "--capture", "--logits",
+                           {"--prefix", "--resume-replay", "--capture", "--logits",
                             "--weights", "--run", "--cache-in", "--cache-out", "--fault", "--set"},
                            "not for a v41 run (a full prefill and decode steps; docs/v41.md §12)");
               if ((sub->count("--tokens") > 0) == !o->token_file.empty())
@@ -107,13 +109,20 @@ Runner add_run(CLI::App& app) {
               r.index_scores = o->index_scores;
               r.decode_index_k = o->decode_index_k;
               r.decode = o->decode;
+              if (o->mode == "resume") throw InputError("--mode resume: not yet on the v41 family (full | ced)");
+              r.mode = o->mode;
+              if (!o->replay.empty()) r.replay = o->replay;
+              r.convention = o->convention;
+              if (r.mode == "full" && (sub->count("--replay") > 0 || sub->count("--convention") > 0))
+                throw InputError("--replay and --convention: a ced run's (give --mode ced)");
               if (sub->count("--backend") > 0) r.backend = o->backend;
               r.tokens = o->tokens;
               r.token_file = o->token_file;
               r.out = o->out;
               return run_v41(r);
             }
-            refuse_given(sub, {"--checkpoint", "--regime", "--token-file", "--topk-ties", "--index-scores", "--decode-index-k"},
+            refuse_given(sub, {"--checkpoint", "--regime", "--token-file", "--topk-ties", "--index-scores", "--decode-index-k",
+                               "--convention"},
                          fmt::format("an option of the v41 family; config {} is a lab config", o->model.config));
             if (sub->count("--tokens") == 0) throw InputError("--tokens is required");
             if (o->out.empty()) throw InputError("--out is required");

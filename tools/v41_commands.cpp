@@ -12,6 +12,7 @@
 
 #include "backends/registry.hpp"
 #include "model/error.hpp"
+#include "model/run.hpp"
 #include "models/lab/weights.hpp"
 #include "models/family.hpp"
 #include "models/v41/checkpoint.hpp"
@@ -140,20 +141,39 @@ int run_v41(const V41RunOptions& o) {
   Stopwatch forward_clock;
   const double cpu0 = process_cpu_seconds();
   v41::V41DecodeState state;
-  v41::V41ForwardResult r = model->forward(tokens, hashing, o.decode > 0 ? &state : nullptr);
+  const bool ced = o.mode == "ced";
+  if (ced && (o.decode > 0 || !o.out.empty()))
+    throw InputError("--mode ced: its decode steps and run file are not built yet on the v41 family (print only)");
+  const v41::V41ReplayConvention& convention = v41::v41_replay_convention(o.convention);
+  const int64_t span = v41::v41_exact_span(model->plan(), convention);
+  int64_t replay = N;
+  if (ced) {
+    const ReplayPolicy p = ReplayPolicy::parse(o.replay);
+    replay = p.kind == ReplayPolicy::Kind::Bounded ? c.window_size
+             : p.kind == ReplayPolicy::Kind::Exact ? span
+             : p.kind == ReplayPolicy::Kind::Count ? p.count
+                                                    : N;
+    std::printf("ced: convention %s (%s), replay %s = %lld of %lld rows (exact span %lld)\n", convention.name,
+                convention.floor_first_layer ? "layer E floored" : "layer E whole", o.replay.c_str(),
+                (long long)std::min(replay, N), (long long)N, (long long)span);
+  }
+  v41::V41ForwardResult r = ced ? model->forward_ced(tokens, hashing, replay, convention)
+                                : model->forward(tokens, hashing, o.decode > 0 ? &state : nullptr);
   const double forward_s = forward_clock.seconds(), cpu = process_cpu_seconds() - cpu0;
-  const size_t V = static_cast<size_t>(c.vocab_size);
+  const size_t V = static_cast<size_t>(c.vocab_size), rows = r.logits.size() / V;
   size_t arg = 0;
   bool finite = true;
   for (size_t v = 0; v < V; ++v) {
-    const double x = r.logits[(static_cast<size_t>(N) - 1) * V + v];
+    const double x = r.logits[(rows - 1) * V + v];
     finite = finite && std::isfinite(x);
-    if (x > r.logits[(static_cast<size_t>(N) - 1) * V + arg]) arg = v;
+    if (x > r.logits[(rows - 1) * V + arg]) arg = v;
   }
   for (double x : r.logits) finite = finite && std::isfinite(x);
   std::printf("load %.3f s, forward %.3f s (%.1f tokens/s, CPU %.3f s)\n", load_s, forward_s,
               static_cast<double>(N) / forward_s, cpu);
-  std::printf("logits [%lld, %zu]: last position argmax %zu, all finite: %s, digest %s\n", (long long)N, V, arg,
+  const std::vector<double> last_row(r.logits.end() - static_cast<std::ptrdiff_t>(V), r.logits.end());
+  std::printf("last position logits digest %s\n", logits_digest(last_row).c_str());
+  std::printf("logits [%zu, %zu]: last position argmax %zu, all finite: %s, digest %s\n", rows, V, arg,
               finite ? "yes" : "NO", logits_digest(r.logits).c_str());
   std::optional<v41::V41DecodeRecord> decoded;
   if (o.decode > 0) {

@@ -28,6 +28,9 @@ struct V41RunOptions {
   std::string topk_ties = "torch", index_scores = "bf16";  // docs/v41.md §8.7
   std::string decode_index_k = "official";                 // docs/v41.md §8.8
   int64_t decode = 0;      // teacher-forced decode steps after the prefill (the last `decode` tokens)
+  std::string mode = "full";          // full | ced (docs/v41.md §13)
+  std::string replay = "bounded";     // ced: bounded (W) | exact (the convention's span) | full | K
+  std::string convention = "sglang";  // ced: v41_replay_conventions()
   std::string backend = "v41-reference";
   int64_t tokens = 0;      // N seeded prompt tokens, or 0 with token_file
   std::string token_file;  // whitespace-separated token ids

@@ -150,6 +150,21 @@ TEST(V41Cli, DecodeStepsFollowTheSamePrefillAndReadBackWithTheirSeed) {
   EXPECT_NE(after(owner.out, "decode 8 steps (index keys owner): "), "");
 }
 
+TEST(V41Cli, ACedRunAtTheExactSpanGivesTheFullRunsLastPositionAndABoundedOneDoesNot) {
+  const std::string base = "run --config v41-tiny --tokens 60 --regime release";
+  const test::Result full = ced(base);
+  const test::Result exact = ced(base + " --mode ced --replay exact --convention vllm");
+  const test::Result bounded = ced(base + " --mode ced --replay bounded --convention sglang");
+  ASSERT_EQ(full.code, 0) << full.err;
+  ASSERT_EQ(exact.code, 0) << exact.err;
+  ASSERT_EQ(bounded.code, 0) << bounded.err;
+  EXPECT_NE(exact.out.find("replay exact = 31 of 60 rows (exact span 31)"), std::string::npos) << exact.out;
+  EXPECT_NE(bounded.out.find("replay bounded = 16 of 60 rows (exact span 46)"), std::string::npos) << bounded.out;
+  const std::string key = "last position logits digest ";
+  EXPECT_EQ(after(exact.out, key), after(full.out, key));
+  EXPECT_NE(after(bounded.out, key), after(full.out, key));
+}
+
 TEST(V41Cli, TheRunFileReaderRefusesAnotherFormatAndAShapeThatIsNotTheConfigs) {
   const fs::path out = scratch() / "bad.h5";
   ASSERT_EQ(ced("run --config v41-tiny --tokens 3 --out " + out.string()).code, 0);
@@ -230,7 +245,9 @@ TEST(V41Cli, BadInputIsOneLineAndExit2) {
   expect_refused("run --checkpoint " + d + " --config v41-tiny --tokens 3", "not both");
   expect_refused("run --checkpoint " + d + " --weight-seed 2 --tokens 3", "--weight-seed");
   expect_refused("run --checkpoint " + d, "--tokens or --token-file");
-  expect_refused("run --config v41-tiny --tokens 3 --mode ced", "--mode: not for a v41 run");
+  expect_refused("run --config v41-tiny --tokens 3 --mode resume", "--mode resume: not yet on the v41 family");
+  expect_refused("run --config v41-tiny --tokens 3 --replay exact", "give --mode ced");
+  expect_refused("run --config v41-tiny --tokens 3 --mode ced --convention ascend", "replay convention 'ascend'");
   expect_refused("run --config v41-tiny --tokens 3 --regime fp16", "v41 regime 'fp16'");
   expect_refused("run --config v41-tiny --tokens 3 --decode 2 --decode-index-k mine", "v41 decode index keys 'mine'");
   std::ofstream(scratch() / "two-ids.txt") << "1 2";

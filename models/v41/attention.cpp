@@ -2,10 +2,13 @@
 // prefill from position 0: the low-rank query, the window KV, the compressed KV and index keys of a
 // kv source, the selection of an index source, the candidate pool, sparse_attn with the sink, the
 // inverse rotation and the grouped output projection.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "model/error.hpp"
 #include "models/v41/forward_ops.hpp"
 
 namespace ced::v41::fwd {
@@ -48,8 +51,8 @@ Vec compressor(const LayerCtx& L, std::span<const double> x) {
 std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::span<const double> qr,
                              const Vec& latent, V41SharedAttention& shared, V41LayerCapture& cap) {
   const V41Config& c = L.c;
-  const int64_t N = L.N, r = L.lp.ratio, IH = c.index_n_heads, ID = c.index_head_dim;
-  const int64_t T = N / r;
+  const int64_t N = L.N, r = L.lp.ratio, IH = c.index_n_heads, ID = c.index_head_dim, P0 = L.first;
+  const int64_t T = (P0 + N) / r;  // every group of the prompt (a replayed tail reads them all)
   const double ninf = -std::numeric_limits<double>::infinity();
   if (L.lp.owns_index_k && !latent.empty()) {
     Vec k = lin(L, latent, T, L.w.indexer_wk, true);
@@ -61,7 +64,7 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
     cap.index_k = k;
   }
   Vec q = lin(L, qr, N, L.w.indexer_wq_b, true);
-  rope_rows(L, q, N, IH, ID, [](int64_t t) { return t; }, false);
+  rope_rows(L, q, N, IH, ID, [P0](int64_t t) { return P0 + t; }, false);
   qdq_fp4_32(L.a, q, ID);
   // weights_proj(x) · (index_head_dim^-0.5 · index_n_heads^-0.5): the product of two python floats,
   // applied to the bf16 tensor as an fp32 constant.
@@ -76,7 +79,7 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
   constexpr int64_t kQueryChunk = 64;
   Vec score(static_cast<size_t>(N * T), ninf), dots;
   for (int64_t t0 = 0; t0 < N; t0 += kQueryChunk) {
-    const int64_t tc = std::min(kQueryChunk, N - t0), Tv = std::min(T, (t0 + tc) / r);
+    const int64_t tc = std::min(kQueryChunk, N - t0), Tv = std::min(T, (P0 + t0 + tc) / r);
     if (Tv == 0) continue;
     dots.assign(static_cast<size_t>(tc * IH * Tv), 0.0);
     linear(L.a, std::span<const double>(q).subspan(static_cast<size_t>(t0 * IH * ID), static_cast<size_t>(tc * IH * ID)),
@@ -86,15 +89,15 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
         score[static_cast<size_t>(t * T + j)] =
             index_score(L, dots.data() + (t - t0) * IH * Tv + j, Tv, wts.data() + t * IH);
   }
-  // A query at t sees the groups complete by t: j < (t + 1) / r.
+  // A query at position p sees the groups complete by p: j < (p + 1) / r.
   for (int64_t t = 0; t < N; ++t)
-    for (int64_t j = (t + 1) / r; j < T; ++j) score[static_cast<size_t>(t * T + j)] = ninf;
+    for (int64_t j = (P0 + t + 1) / r; j < T; ++j) score[static_cast<size_t>(t * T + j)] = ninf;
 
   if (L.lp.candidate_source) {
     shared.candidates.assign(static_cast<size_t>(N * T), 0);
     for (int64_t t = 0; t < N; ++t)
       candidate_blocks(std::span<const double>(score).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
-                       (t + 1) / r, c.candidate_topk_blocks, c.candidate_block_size, L.a.emulate,
+                       (P0 + t + 1) / r, c.candidate_topk_blocks, c.candidate_block_size, L.a.emulate,
                        std::span<uint8_t>(shared.candidates).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
                        L.options.topk_ties);
     cap.candidates = shared.candidates;
@@ -108,7 +111,7 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
   std::vector<int32_t> idx(static_cast<size_t>(N * k));
   for (int64_t t = 0; t < N; ++t)
     select_row(L, std::span<const double>(score).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
-               (t + 1) / r, N, std::span<int32_t>(idx).subspan(static_cast<size_t>(t * k), static_cast<size_t>(k)));
+               (P0 + t + 1) / r, N, std::span<int32_t>(idx).subspan(static_cast<size_t>(t * k), static_cast<size_t>(k)));
   return idx;
 }
 
@@ -153,8 +156,10 @@ void select_row(const LayerCtx& L, std::span<const double> score, int64_t visibl
 std::vector<double> attention_forward(const LayerCtx& L, std::span<const double> x, V41SharedAttention& shared,
                                       V41LayerCapture& cap) {
   const V41Config& c = L.c;
-  const int64_t N = L.N, H = c.n_heads, hd = c.head_dim, r = L.lp.ratio;
-  auto at_t = [](int64_t t) { return t; };
+  const int64_t N = L.N, H = c.n_heads, hd = c.head_dim, r = L.lp.ratio, P0 = L.first;
+  auto at_t = [P0](int64_t t) { return P0 + t; };
+  if (P0 > 0 && L.lp.owns_compressor)
+    throw InputError(fmt::format("v41 layer {}: a kv source runs on every row, not on a replayed tail", L.lp.layer));
 
   Vec qr = lin(L, x, N, L.w.wq_a, true);
   rmsnorm(L.a, qr, c.q_lora_rank, L.w.q_norm, c.norm_eps);
@@ -174,11 +179,13 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
       std::copy_n(kv.begin() + t * hd, hd, L.cache->window.begin() + (t % W) * hd);
   }
   std::vector<int32_t> win = window_topk_idxs(N, c.window_size);
+  for (int32_t& i : win)  // a floored window: the keys below the replay's first row are not there
+    if (i >= 0 && P0 + i < L.window_floor) i = -1;
   int64_t kw = std::min(N, c.window_size), kc = 0;
   std::vector<int32_t> comp;
 
   if (r > 0) {
-    const int64_t T = N / r;
+    const int64_t T = (P0 + N) / r;
     Vec latent;
     if (L.lp.owns_compressor) {
       latent = compressor(L, x);

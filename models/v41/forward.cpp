@@ -220,11 +220,19 @@ V41LayerCapture V41Model::block(const fwd::LayerCtx& L, std::span<const double> 
 V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
                                     int64_t N, std::span<const int64_t> hash_ids, V41SharedAttention& shared,
                                     V41LayerCache* cache) const {
+  return run_rows(layer, streams, pre_mix, N, hash_ids, shared, cache, 0, 0);
+}
+
+V41LayerCapture V41Model::run_rows(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
+                                   int64_t N, std::span<const int64_t> hash_ids, V41SharedAttention& shared,
+                                   V41LayerCache* cache, int64_t first, int64_t floor) const {
   const LayerPlan& lp = plan_[layer];
   const fwd::Arith a(regime_);
-  const fwd::RopeTable rope = layer_rope(a, config_, lp, N, fault_);
+  const fwd::RopeTable rope = layer_rope(a, config_, lp, first + N, fault_);
   fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_, options_, captures_};
   L.cache = cache;
+  L.first = first;
+  L.window_floor = floor;
   return block(L, streams, pre_mix, hash_ids, [&](std::span<const double> y, V41LayerCapture& cap) {
     return fwd::attention_forward(L, y, shared, cap);
   });
@@ -311,6 +319,82 @@ V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41Eng
   }
   if (state) seed_decode_pointers(*state);
   head(h, pre, N, out);
+  return out;
+}
+
+namespace {
+// The engines' conventions (docs/v41.md §13.1), each with the code it follows.
+const std::vector<V41ReplayConvention> kConventions = {
+    {"sglang", true,
+     "sglang srt/models/deepseek_v4.py DeepseekV4Model (late_layer_start = the last kv source; "
+     "DeepseekV4AttnBackend.enter_late_layer_tail floors every tail layer's SWA)"},
+    {"trtllm", true,
+     "TensorRT-LLM modeling_deepseekv41.py plan_decoder_replay / enter_decoder_replay (a boundary prepass of "
+     "layer 20's collapse, norm, compressor and index keys on every row; the decoder queries narrowed from layer 20)"},
+    {"vllm", false,
+     "vllm models/deepseek_v41/nvidia/model.py DeepseekV4DecoderLayer.write_kv (layer 20 writes SWA KV, "
+     "compressed KV and index K for every row) and _run_replay_layers"},
+};
+}  // namespace
+
+const std::vector<V41ReplayConvention>& v41_replay_conventions() { return kConventions; }
+
+const V41ReplayConvention& v41_replay_convention(std::string_view name) {
+  std::vector<std::string> known;
+  for (const auto& c : kConventions) {
+    if (name == c.name) return c;
+    known.emplace_back(c.name);
+  }
+  throw InputError(fmt::format("v41 replay convention '{}': unknown (known: {})", name, fmt::join(known, ", ")));
+}
+
+int64_t v41_exact_span(const V41Plan& p, const V41ReplayConvention& c) {
+  const int64_t floored = p.L - p.E - (c.floor_first_layer ? 0 : 1);
+  return 1 + floored * (p.W - 1);
+}
+
+V41ForwardResult V41Model::forward_ced(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
+                                       int64_t replay, const V41ReplayConvention& convention) const {
+  const int64_t N = static_cast<int64_t>(tokens.size()), E = plan_.E;
+  if (N == 0) throw InputError("v41 forward: an empty prompt");
+  if (replay < 1) throw InputError(fmt::format("v41 ced: the replay must keep at least one row (got {})", replay));
+  const int64_t S = std::max<int64_t>(0, N - replay), R = N - S;
+  const std::vector<int64_t> hashes = engram_hash_ids(tokens, hashing);
+  V41ForwardResult out;
+  out.N = N;
+  out.first_row = S;
+  std::vector<double> h = embed(tokens), pre = initial_pre_mix(N);
+  V41SharedAttention shared;
+  const int64_t hc = config_.hc_mult, D = config_.dim;
+  int64_t engram_index = 0;
+  for (const LayerPlan& lp : plan_.layers) {
+    std::vector<int64_t> ids;
+    if (lp.engram) ids = engram_layer_hash_ids(hashes, N, engram_index++);
+    V41LayerCapture cap;
+    if (lp.layer < E) {
+      cap = run_layer(lp.layer, h, pre, N, ids, shared);
+      h = cap.out;
+      pre = cap.ffn_pre;
+    } else if (lp.layer == E) {
+      // Every row, for the sources (and, unfloored, the window keys); the rows before the tail are dropped
+      // after it, and what it published is cut to the tail: its selection re-offset by the tail's rows.
+      cap = run_rows(lp.layer, h, pre, N, ids, shared, nullptr, 0, convention.floor_first_layer ? S : 0);
+      h.assign(cap.out.begin() + S * hc * D, cap.out.end());
+      pre.assign(cap.ffn_pre.begin() + S * hc, cap.ffn_pre.end());
+      const int64_t k = shared.topk, T = shared.candidates.empty() ? 0 : static_cast<int64_t>(shared.candidates.size()) / N;
+      std::vector<int32_t> sel(shared.topk_idxs.begin() + S * k, shared.topk_idxs.end());
+      for (int32_t& i : sel)
+        if (i >= 0) i -= static_cast<int32_t>(S);
+      shared.topk_idxs = std::move(sel);
+      if (T > 0) shared.candidates.erase(shared.candidates.begin(), shared.candidates.begin() + S * T);
+    } else {
+      cap = run_rows(lp.layer, h, pre, R, ids, shared, nullptr, S, S);
+      h = cap.out;
+      pre = cap.ffn_pre;
+    }
+    out.layers.push_back(std::move(cap));
+  }
+  head(h, pre, R, out);
   return out;
 }
 

@@ -121,11 +121,26 @@ struct V41LayerCapture {
 
 struct V41ForwardResult {
   int64_t N = 0;
+  int64_t first_row = 0;  // the position of the first row of logits and final (a CED replay's tail)
   std::vector<V41LayerCapture> layers;  // [n_layers]
   std::vector<double> final_collapsed;  // [N, dim] the last collapse (bf16 values in bf16)
   std::vector<double> final_normed;     // [N, dim] after norm
   std::vector<double> logits;           // [N, vocab_size] every position (fp32 values in bf16)
 };
+
+// How an engine cuts the rows of a CED prefill (docs/v41.md §13.1), as data: the decoder layers (E and
+// above) run on the last R rows only, their windows floored at the first of them; layer E's compressor
+// and index keys run on every row (its collapse and norm do, for them), and, by convention, its window
+// keys too (then layer E is exact and only the layers above it are floored).
+struct V41ReplayConvention {
+  const char* name;          // "sglang", "trtllm", "vllm"
+  bool floor_first_layer;    // layer E's window floored at the tail (its window keys of the tail only)
+  const char* source;        // the engine code it follows
+};
+const std::vector<V41ReplayConvention>& v41_replay_conventions();
+const V41ReplayConvention& v41_replay_convention(std::string_view name);  // InputError naming the known
+// The fewest replayed rows for which the last position is exact: 1 + F (W - 1), F the floored layers.
+int64_t v41_exact_span(const V41Plan& p, const V41ReplayConvention& c);
 
 // What one layer keeps between a prefill and its decode steps (model.py's per-layer buffers).
 struct V41LayerCache {
@@ -184,6 +199,12 @@ class V41Model {
   V41ForwardResult forward(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
                            V41DecodeState* state = nullptr) const;
 
+  // A CED prefill (docs/v41.md §13): the encoder layers on every row, layer E's sources on every row,
+  // the decoder layers on the last `replay` rows under the convention. The result's logits and final
+  // rows are the tail's (first_row = N - replay, or 0); its layers' captures hold the rows each ran.
+  V41ForwardResult forward_ced(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t replay,
+                               const V41ReplayConvention& convention) const;
+
   // One decode step (model.py Transformer.forward with start_pos = state.pos, one token) on a state a
   // prefill seeded: a result of N = 1 (its layers' captures, logits [1, vocab]); the state advances.
   V41ForwardResult decode_step(int64_t token, const V41EngramHashing& hashing, V41DecodeState& state) const;
@@ -225,6 +246,10 @@ class V41Model {
   void head_collapsed(std::span<const double> collapsed, int64_t N, V41ForwardResult& out) const;
 
  private:
+  // run_layer on rows at positions first .. first + N - 1 with the window floored at `floor`.
+  V41LayerCapture run_rows(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix, int64_t N,
+                           std::span<const int64_t> hash_ids, V41SharedAttention& shared, V41LayerCache* cache,
+                           int64_t first, int64_t floor) const;
   template <typename Attend>
   V41LayerCapture block(const fwd::LayerCtx& L, std::span<const double> streams, std::span<const double> pre_mix,
                         std::span<const int64_t> hash_ids, Attend attend) const;

@@ -171,6 +171,10 @@ struct LayerCtx {
   V41Options options = {};          // the switches of what the release leaves open (forward.hpp)
   bool capture = true;              // copy the large captures (V41Model::set_captures)
   V41LayerCache* cache = nullptr;   // a prefill seeding the decode buffers (forward.hpp)
+  // CED replay (docs/v41.md §13): the rows are positions first .. first + N - 1 (a decoder layer on the
+  // replayed tail; the compressed KV and index keys in `shared` cover every group of the prompt), and
+  // window keys of positions below window_floor are not attended. 0 and 0: a prefill from position 0.
+  int64_t first = 0, window_floor = 0;
 };
 
 // Y = X · Wᵀ of a stored linear (linear_w) into a new [M, w.out].

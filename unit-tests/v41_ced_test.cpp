@@ -1,0 +1,146 @@
+// docs/v41.md §13: CED prefill on the released architecture. The engines' replay conventions as data,
+// their exact spans from the plan, and on v41-tiny (E = 3, three decoder layers, W = 16): replaying every
+// row is the prefill, bitwise; the exact span makes the last position bitwise exact and one row fewer
+// does not; vLLM's convention keeps layer E exact where SGLang's floors it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "model/error.hpp"
+#include "models/v41/checkpoint.hpp"
+#include "models/v41/forward.hpp"
+#include "unit-tests/test_seed.hpp"
+
+using namespace ced;
+using namespace ced::v41;
+
+namespace {
+
+uint64_t test_seed() {
+  static const uint64_t seed = test::replayable_seed("v41_ced_test", 41);
+  return seed;
+}
+
+const V41Checkpoint& tiny_checkpoint() {
+  static const V41Checkpoint ck = make_v41_random_checkpoint(v41_builtin_config("v41-tiny"), test_seed());
+  return ck;
+}
+
+std::vector<int64_t> prompt(int64_t n, int64_t vocab) {
+  std::vector<int64_t> t;
+  uint64_t x = test_seed() * 0x9E3779B97F4A7C15ull + 7;
+  for (int64_t i = 0; i < n; ++i) {
+    x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29;
+    t.push_back(static_cast<int64_t>(x % static_cast<uint64_t>(vocab)));
+  }
+  return t;
+}
+
+// The logits row of position p in a result whose rows start at first_row.
+std::vector<double> logits_at(const V41ForwardResult& r, int64_t p, int64_t V) {
+  const int64_t row = p - r.first_row;
+  return {r.logits.begin() + row * V, r.logits.begin() + (row + 1) * V};
+}
+
+}  // namespace
+
+TEST(V41Ced, ConventionsSpanOneRowPerFlooredLayerAndWindowOnTheReleaseSchedule) {
+  const V41Plan ced = make_v41_plan(v41_builtin_config("v41-ced"));
+  ASSERT_EQ(ced.E, 20);
+  ASSERT_EQ(ced.W, 128);
+  // SGLang and TensorRT-LLM floor layers 20-39: 1 + 20 · 127; vLLM keeps layer 20 whole: 1 + 19 · 127.
+  EXPECT_EQ(v41_exact_span(ced, v41_replay_convention("sglang")), 2541);
+  EXPECT_EQ(v41_exact_span(ced, v41_replay_convention("trtllm")), 2541);
+  EXPECT_EQ(v41_exact_span(ced, v41_replay_convention("vllm")), 2414);
+  const V41Plan tiny = make_v41_plan(v41_builtin_config("v41-tiny"));
+  EXPECT_EQ(v41_exact_span(tiny, v41_replay_convention("sglang")), 1 + 3 * 15);
+  EXPECT_EQ(v41_exact_span(tiny, v41_replay_convention("vllm")), 1 + 2 * 15);
+  EXPECT_THROW(v41_replay_convention("ascend"), InputError);
+}
+
+TEST(V41Ced, ReplayingEveryRowIsThePrefillBitwise) {
+  for (V41Regime r : {V41Regime::bf16, V41Regime::release}) {
+    const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, r);
+    const auto tokens = prompt(37, m.config().vocab_size);
+    const V41EngramHashing h = v41_checkpoint_hashing(m.config());
+    const V41ForwardResult full = m.forward(tokens, h);
+    for (const auto& conv : v41_replay_conventions())
+      for (int64_t R : {int64_t{37}, int64_t{100}}) {
+        if (R > 37 && conv.floor_first_layer) continue;  // more rows than the prompt: once is enough
+        const V41ForwardResult c = m.forward_ced(tokens, h, R, conv);
+        EXPECT_EQ(c.first_row, 0);
+        EXPECT_EQ(c.logits, full.logits) << conv.name << " R " << R << " " << v41_regime_name(r);
+        for (size_t l = 0; l < full.layers.size(); ++l) EXPECT_EQ(c.layers[l].out, full.layers[l].out) << l;
+      }
+  }
+}
+
+TEST(V41Ced, TheExactSpanMakesTheLastPositionBitwiseExactAndOneRowFewerDoesNot) {
+  for (V41Regime r : {V41Regime::f64, V41Regime::release}) {
+    const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, r);
+    const int64_t N = 70, V = m.config().vocab_size;
+    const auto tokens = prompt(N, V);
+    const V41EngramHashing h = v41_checkpoint_hashing(m.config());
+    const std::vector<double> exact = logits_at(m.forward(tokens, h), N - 1, V);
+    for (const char* name : {"sglang", "vllm"}) {  // trtllm's data is sglang's
+      const V41ReplayConvention& conv = v41_replay_convention(name);
+      const int64_t span = v41_exact_span(m.plan(), conv);
+      const V41ForwardResult at = m.forward_ced(tokens, h, span, conv);
+      EXPECT_EQ(at.first_row, N - span);
+      EXPECT_EQ(logits_at(at, N - 1, V), exact) << conv.name << " " << v41_regime_name(r) << " R = span " << span;
+      if (r != V41Regime::f64) continue;  // below the span the difference is real: shown in exact arithmetic
+      const std::vector<double> short_by_one = logits_at(m.forward_ced(tokens, h, span - 1, conv), N - 1, V);
+      double gap = 0, scale = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        gap = std::max(gap, std::fabs(short_by_one[v] - exact[v]));
+        scale = std::max(scale, std::fabs(exact[v]));
+      }
+      // f64 rounding alone would be ~1e-15 of the scale; a window key missing from the cone is far above it.
+      EXPECT_GT(gap, 1e-9 * scale) << conv.name << " R = span - 1";
+    }
+  }
+}
+
+TEST(V41Ced, VllmKeepsLayerEExactWhereSglangFloorsItsWindow) {
+  const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, V41Regime::bf16);
+  const int64_t N = 50, W = m.config().window_size, E = m.plan().E, row = m.config().hc_mult * m.config().dim;
+  const auto tokens = prompt(N, m.config().vocab_size);
+  const V41EngramHashing h = v41_checkpoint_hashing(m.config());
+  const V41ForwardResult full = m.forward(tokens, h);
+  auto tail_of_E = [&](const V41ForwardResult& r) {
+    const auto& out = r.layers[static_cast<size_t>(E)].out;
+    return std::vector<double>(out.end() - W * row, out.end());
+  };
+  const std::vector<double> exact = tail_of_E(full);
+  EXPECT_EQ(tail_of_E(m.forward_ced(tokens, h, W, v41_replay_convention("vllm"))), exact);
+  EXPECT_NE(tail_of_E(m.forward_ced(tokens, h, W, v41_replay_convention("sglang"))), exact);
+  // Below E nothing is replayed: every row of the encoder is the prefill's.
+  const V41ForwardResult c = m.forward_ced(tokens, h, W, v41_replay_convention("sglang"));
+  for (int64_t l = 0; l < E; ++l) EXPECT_EQ(c.layers[static_cast<size_t>(l)].out, full.layers[static_cast<size_t>(l)].out) << l;
+  EXPECT_THROW(m.forward_ced(tokens, h, 0, v41_replay_convention("vllm")), InputError);
+}
+
+TEST(V41Ced, ReuseLayersAboveEReadTheTailsRowsOfItsSelection) {
+  // As the release's layers 21-23 reuse layer 20's selection: tiny with layer 4 a Reuse of layer 3 (E),
+  // whose selection, made on every row with the window rows' offset, must reach the tail re-offset.
+  V41Config c = v41_builtin_config("v41-tiny");
+  c.index_source_layers = {1, 3};
+  const V41Checkpoint ck = make_v41_random_checkpoint(c, test_seed());
+  const V41Model m(ck.config, ck.weights, V41Regime::release);
+  ASSERT_EQ(m.plan()[4].role, Role::Reuse);
+  const int64_t N = 50, V = c.vocab_size;
+  const auto tokens = prompt(N, V);
+  const V41EngramHashing h = v41_checkpoint_hashing(c);
+  const V41ReplayConvention& vllm = v41_replay_convention("vllm");
+  const V41ForwardResult tail = m.forward_ced(tokens, h, v41_exact_span(m.plan(), vllm), vllm);
+  EXPECT_EQ(logits_at(tail, N - 1, V), logits_at(m.forward(tokens, h), N - 1, V));
+}
+
+TEST(V41Ced, BoundedReplayOfAPromptWithinTheWindowIsThePrefill) {
+  const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, V41Regime::release);
+  const int64_t W = m.config().window_size;
+  const auto tokens = prompt(W, m.config().vocab_size);
+  const V41EngramHashing h = v41_checkpoint_hashing(m.config());
+  EXPECT_EQ(m.forward_ced(tokens, h, W, v41_replay_convention("sglang")).logits, m.forward(tokens, h).logits);
+}
