@@ -204,33 +204,48 @@ bool packed_for(const Arith& a, const V41Linear& w) {
   return p.np > 0 && p.codes == uses_codes(a, w) && p.f64 == (!p.codes && !a.emulate);
 }
 
-// Y from the kernels' output y [Mp, np] (its padding dropped).
+// Y from the kernels' output y [Mp, np] (its padding dropped), a vector of columns at a time; T is
+// float exactly when the regime emulates fp32, so bf_lanes and bf_of are Arith::bf.
 template <typename T>
-void write_out(const Arith& a, const std::vector<T>& y, int64_t M, int64_t Nout, int64_t np, std::span<double> Y,
-               bool out_bf16) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t o = 0; o < Nout; ++o) {
-      const double v = y[static_cast<size_t>(m * np + o)];
-      Y[static_cast<size_t>(m * Nout + o)] = out_bf16 ? a.bf(v) : v;
+[[gnu::always_inline]] inline void write_rows(const T* y, int64_t M, int64_t Nout, int64_t np, double* Y,
+                                              bool out_bf16) {
+  constexpr int64_t L = kLanes<T>;
+  for (int64_t m = 0; m < M; ++m) {
+    const T* src = y + m * np;
+    double* dst = Y + m * Nout;
+    int64_t o = 0;
+    for (; o + L <= Nout; o += L) {
+      Vec<T> v;
+      std::memcpy(&v, src + o, sizeof v);
+      if (out_bf16) bf_lanes<T>(v);
+      store_lanes<T>(dst + o, v);
     }
+    for (; o < Nout; ++o) dst[o] = out_bf16 ? bf_of<T>(src[o]) : src[o];
+  }
+}
+V41_KERNEL void write_rows_t(const float* y, int64_t M, int64_t Nout, int64_t np, double* Y, bool out_bf16) {
+  write_rows(y, M, Nout, np, Y, out_bf16);
+}
+V41_KERNEL void write_rows_t(const double* y, int64_t M, int64_t Nout, int64_t np, double* Y, bool out_bf16) {
+  write_rows(y, M, Nout, np, Y, out_bf16);
 }
 
 template <typename T>
-void run_plain(const Arith& a, std::span<const double> X, int64_t M, int64_t K, const std::vector<T>& wt, int64_t Nout,
-               int64_t np, std::span<double> Y, bool out_bf16) {
+void run_plain(std::span<const double> X, int64_t M, int64_t K, const std::vector<T>& wt, int64_t Nout, int64_t np,
+               std::span<double> Y, bool out_bf16) {
   const std::vector<T> x = padded_rows<T>(X, M, K);
   const int64_t Mp = round_up(M, kRows);
   std::vector<T> y(static_cast<size_t>(Mp * np));
   for_panels(Mp, M * K * Nout,
              [&](int64_t m0, int64_t m1) { dot_panel_t(x.data(), m0, m1, K, wt.data(), np, y.data()); });
-  write_out(a, y, M, Nout, np, Y, out_bf16);
+  write_rows_t(y.data(), M, Nout, np, Y.data(), out_bf16);
 }
 
 // Y [M, Nout] = X [M, K] through a packed linear.
-void run_packed(const Arith& a, std::span<const double> X, int64_t M, int64_t K, int64_t Nout,
+void run_packed(std::span<const double> X, int64_t M, int64_t K, int64_t Nout,
                 const V41Linear::Packed& p, std::span<double> Y, bool out_bf16) {
-  if (p.f64) return run_plain(a, X, M, K, p.w64, Nout, p.np, Y, out_bf16);
-  if (!p.codes) return run_plain(a, X, M, K, p.w32, Nout, p.np, Y, out_bf16);
+  if (p.f64) return run_plain(X, M, K, p.w64, Nout, p.np, Y, out_bf16);
+  if (!p.codes) return run_plain(X, M, K, p.w32, Nout, p.np, Y, out_bf16);
   // act_quant per 32, then the codes' values and the scales per row, decoded once.
   const int64_t nb = K / kFp8Block, Mp = round_up(M, kRows);
   std::vector<float> xf(X.begin(), X.end()), xs(static_cast<size_t>(Mp * nb), 0.0f);
@@ -242,20 +257,20 @@ void run_packed(const Arith& a, std::span<const double> X, int64_t M, int64_t K,
   for_panels(Mp, M * K * Nout, [&](int64_t m0, int64_t m1) {
     block_scaled_panel(ac.data(), xs.data(), m0, m1, K, p.w32.data(), p.scale.data(), p.np, y.data());
   });
-  write_out(a, y, M, Nout, p.np, Y, out_bf16);
+  write_rows_t(y.data(), M, Nout, p.np, Y.data(), out_bf16);
 }
 
 }  // namespace
 
 void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std::span<const double> W,
             int64_t Nout, std::span<double> Y, bool out_bf16) {
-  run_packed(a, X, M, K, Nout, pack_plain(a, W, Nout, K), Y, out_bf16);
+  run_packed(X, M, K, Nout, pack_plain(a, W, Nout, K), Y, out_bf16);
 }
 
 void linear_w(const Arith& a, std::span<const double> X, int64_t M, const V41Linear& w, std::span<double> Y,
               bool out_bf16) {
-  if (packed_for(a, w)) return run_packed(a, X, M, w.in, w.out, w.packed, Y, out_bf16);
-  run_packed(a, X, M, w.in, w.out, pack_for(a, w), Y, out_bf16);
+  if (packed_for(a, w)) return run_packed(X, M, w.in, w.out, w.packed, Y, out_bf16);
+  run_packed(X, M, w.in, w.out, pack_for(a, w), Y, out_bf16);
 }
 
 void pack_linear(const Arith& a, V41Linear& w) { w.packed = pack_for(a, w); }
@@ -268,16 +283,80 @@ void pack_layer_linears(const Arith& a, V41LayerWeights& w) {
     for (V41Linear* l : {&e.w1, &e.w2, &e.w3}) pack_linear(a, *l);
 }
 
+namespace {
+
+// ss[r] = Σ_i x[r, i]² in i order, one rounding per op, for kSquareRows rows at a time (x rows n
+// apart) so that their sums run side by side; T as in write_rows.
+constexpr int64_t kSquareRows = 8;
+template <typename T>
+[[gnu::always_inline]] inline void sum_squares(const double* x, int64_t rows, int64_t n, double* ss) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kSquareRows) {
+    const int64_t nr = std::min(kSquareRows, rows - r0);
+    T acc[kSquareRows] = {};
+    const double* p = x + r0 * n;
+    if (nr == kSquareRows) {
+      for (int64_t i = 0; i < n; ++i)
+#pragma GCC unroll 8
+        for (int64_t r = 0; r < kSquareRows; ++r) {
+          const T v = static_cast<T>(p[r * n + i]);
+          acc[r] = acc[r] + v * v;
+        }
+    } else {
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t i = 0; i < n; ++i) {
+          const T v = static_cast<T>(p[r * n + i]);
+          acc[r] = acc[r] + v * v;
+        }
+    }
+    for (int64_t r = 0; r < nr; ++r) ss[r0 + r] = acc[r];
+  }
+}
+V41_KERNEL void sum_squares_f32(const double* x, int64_t rows, int64_t n, double* ss) {
+  sum_squares<float>(x, rows, n, ss);
+}
+V41_KERNEL void sum_squares_f64(const double* x, int64_t rows, int64_t n, double* ss) {
+  sum_squares<double>(x, rows, n, ss);
+}
+
+// x[r, i] = bf16(w[i] · (x[r, i] · rs[r])), a vector of i at a time.
+template <typename T>
+[[gnu::always_inline]] inline void scale_rows(double* x, int64_t rows, int64_t n, const double* w, const double* rs) {
+  constexpr int64_t L = kLanes<T>;
+  for (int64_t r = 0; r < rows; ++r) {
+    double* p = x + r * n;
+    const T s = static_cast<T>(rs[r]);
+    int64_t i = 0;
+    for (; i + L <= n; i += L) {
+      Vec<T> v, wv;
+      load_lanes<T>(v, p + i);
+      load_lanes<T>(wv, w + i);
+      v = wv * (v * s);
+      bf_lanes<T>(v);
+      store_lanes<T>(p + i, v);
+    }
+    for (; i < n; ++i) p[i] = bf_of<T>(static_cast<T>(w[i]) * (static_cast<T>(p[i]) * s));
+  }
+}
+V41_KERNEL void scale_rows_f32(double* x, int64_t rows, int64_t n, const double* w, const double* rs) {
+  scale_rows<float>(x, rows, n, w, rs);
+}
+V41_KERNEL void scale_rows_f64(double* x, int64_t rows, int64_t n, const double* w, const double* rs) {
+  scale_rows<double>(x, rows, n, w, rs);
+}
+
+}  // namespace
+
+void row_sum_squares(const Arith& a, std::span<const double> x, int64_t n, std::span<double> ss) {
+  (a.emulate ? sum_squares_f32 : sum_squares_f64)(x.data(), static_cast<int64_t>(ss.size()), n, ss.data());
+}
+
 void rmsnorm(const Arith& a, std::span<double> x, int64_t n, std::span<const double> w, double eps) {
   const int64_t rows = static_cast<int64_t>(x.size()) / n;
   const double e = a.c(eps);
-  for (int64_t r = 0; r < rows; ++r) {
-    double* p = x.data() + r * n;
-    double ss = 0.0;
-    for (int64_t i = 0; i < n; ++i) ss = a.add(ss, a.mul(p[i], p[i]));
-    const double rs = a.rsqrt(a.add(a.div(ss, static_cast<double>(n)), e));
-    for (int64_t i = 0; i < n; ++i) p[i] = a.bf(a.mul(w[static_cast<size_t>(i)], a.mul(p[i], rs)));
-  }
+  std::vector<double> rs(static_cast<size_t>(rows));
+  row_sum_squares(a, x, n, rs);
+  for (double& v : rs) v = a.rsqrt(a.add(a.div(v, static_cast<double>(n)), e));
+  (a.emulate ? scale_rows_f32 : scale_rows_f64)(x.data(), rows, n, w.data(), rs.data());
 }
 
 RopeTable rope_table(const Arith& a, int64_t rope_head_dim, int64_t N, int64_t original_seq_len, double theta,

@@ -58,11 +58,10 @@ HcMix hc_mixes(const Arith& a, std::span<const double> X, int64_t N, int64_t hc,
   out.post.resize(static_cast<size_t>(N * hc));
   out.comb.resize(static_cast<size_t>(N * hc * hc));
   const double e = a.c(norm_eps);
+  std::vector<double> ss(static_cast<size_t>(N));
+  row_sum_squares(a, X, K, ss);
   for (int64_t t = 0; t < N; ++t) {
-    const double* x = X.data() + t * K;
-    double ss = 0.0;
-    for (int64_t k = 0; k < K; ++k) ss = a.add(ss, a.mul(x[k], x[k]));
-    const double rs = a.rsqrt(a.add(a.div(ss, static_cast<double>(K)), e));
+    const double rs = a.rsqrt(a.add(a.div(ss[static_cast<size_t>(t)], static_cast<double>(K)), e));
     double* m = mixes.data() + t * nm;
     for (int64_t j = 0; j < nm; ++j) m[j] = a.mul(m[j], rs);
     hc_split_sinkhorn(a, m, hc, scale, base, iters, hc_eps, out.pre.data() + t * hc, out.post.data() + t * hc,
