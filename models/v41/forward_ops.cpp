@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numbers>
 #include <utility>
 
@@ -183,14 +184,42 @@ V41Linear::Packed pack_codes(const V41Linear& w) {
   return p;
 }
 
-// The values of the 256 e4m3 codes, from f32_from_e4m3 itself (a lookup copies its bits).
-const std::array<float, 256>& e4m3_values() {
-  static const std::array<float, 256> v = [] {
-    std::array<float, 256> t{};
-    for (size_t c = 0; c < t.size(); ++c) t[c] = f32_from_e4m3(static_cast<uint8_t>(c));
-    return t;
-  }();
-  return v;
+// act_quant (numerics.hpp) of `blocks` 32-blocks of bf16 values X as block_scaled_panel reads
+// them: ac the values of the e4m3 codes of x / s (e4m3_value_lanes), xs the blocks' scales s. The
+// amax, its floor and the scale as act_quant has them; a NaN in a block makes its amax a NaN, and
+// ue8m0_scale gives every NaN the same scale.
+V41_KERNEL void quantize_rows(const double* X, int64_t blocks, float* ac, float* xs) {
+  using U = Vec<uint32_t>;
+  constexpr int64_t L = kLanes<float>, V = kFp8Block / L;
+  for (int64_t b = 0; b < blocks; ++b) {
+    Vec<float> v[V], m = {};
+    U nan = {};
+    for (int64_t i = 0; i < V; ++i) {
+      load_lanes<float>(v[i], X + b * kFp8Block + i * L);
+      U u;
+      std::memcpy(&u, &v[i], sizeof u);
+      u &= 0x7FFFFFFFu;
+      nan |= (U)(u > 0x7F800000u);
+      Vec<float> a;
+      std::memcpy(&a, &u, sizeof a);
+      m = a > m ? a : m;
+    }
+    float amax = 0.0f;
+    bool any_nan = false;
+    for (int64_t l = 0; l < L; ++l) {
+      amax = std::max(amax, m[l]);
+      any_nan = any_nan || nan[l] != 0;
+    }
+    if (any_nan) amax = std::numeric_limits<float>::quiet_NaN();
+    else if (amax < kFp8AmaxFloor) amax = kFp8AmaxFloor;
+    const float scale = ue8m0_scale(amax, kFp8MaxInv);
+    xs[b] = scale;
+    for (int64_t i = 0; i < V; ++i) {
+      Vec<float> q = v[i] / scale;
+      e4m3_value_lanes(q);
+      std::memcpy(ac + b * kFp8Block + i * L, &q, sizeof q);
+    }
+  }
 }
 
 bool uses_codes(const Arith& a, const V41Linear& w) { return a.release && w.kind != V41Linear::Kind::Plain; }
@@ -246,14 +275,11 @@ void run_packed(std::span<const double> X, int64_t M, int64_t K, int64_t Nout,
                 const V41Linear::Packed& p, std::span<double> Y, bool out_bf16) {
   if (p.f64) return run_plain(X, M, K, p.w64, Nout, p.np, Y, out_bf16);
   if (!p.codes) return run_plain(X, M, K, p.w32, Nout, p.np, Y, out_bf16);
-  // act_quant per 32, then the codes' values and the scales per row, decoded once.
+  // act_quant per 32: the codes' values and the scales per row (the padding rows zero).
   const int64_t nb = K / kFp8Block, Mp = round_up(M, kRows);
-  std::vector<float> xf(X.begin(), X.end()), xs(static_cast<size_t>(Mp * nb), 0.0f);
-  std::vector<uint8_t> codes(xf.size());
-  act_quant(xf, K, codes, std::span<float>(xs).first(static_cast<size_t>(M * nb)));
-  std::vector<float> ac(static_cast<size_t>(Mp * K), 0.0f), y(static_cast<size_t>(Mp * p.np));
-  const std::array<float, 256>& e4m3 = e4m3_values();
-  for (size_t i = 0; i < codes.size(); ++i) ac[i] = e4m3[codes[i]];
+  std::vector<float> ac(static_cast<size_t>(Mp * K), 0.0f), xs(static_cast<size_t>(Mp * nb), 0.0f);
+  std::vector<float> y(static_cast<size_t>(Mp * p.np));
+  quantize_rows(X.data(), M * nb, ac.data(), xs.data());
   for_panels(Mp, M * K * Nout, [&](int64_t m0, int64_t m1) {
     block_scaled_panel(ac.data(), xs.data(), m0, m1, K, p.w32.data(), p.scale.data(), p.np, y.data());
   });

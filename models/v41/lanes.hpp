@@ -74,4 +74,27 @@ template <typename T>
   }
 }
 
+// f32_from_e4m3(e4m3_from_f32(x)) on lanes of fp32 values (numerics.cpp), on the bits: a NaN gives
+// the quiet NaN of its sign, |x| >= 448 gives ±448, |x| < 2^-6 the nearest multiple of 2^-9 (ties
+// to even: adding and taking away 2^23 rounds |x| · 512 to an integer in the default rounding mode),
+// and otherwise x's mantissa rounded to 3 bits, ties to even, a carry moving into the exponent.
+[[gnu::always_inline]] inline void e4m3_value_lanes(Vec<float>& x) {
+  using U = Vec<uint32_t>;
+  U u;
+  std::memcpy(&u, &x, sizeof u);
+  const U sign = u & 0x80000000u, au = u & 0x7FFFFFFFu;
+  const U nan = (U)(au > 0x7F800000u), sat = (U)(au >= 0x43E00000u), small = (U)(au < 0x3C800000u);
+  Vec<float> a;
+  std::memcpy(&a, &au, sizeof a);
+  const Vec<float> sub = ((a * 512.0f + 0x1p23f) - 0x1p23f) * 0x1p-9f;
+  U sub_bits;
+  std::memcpy(&sub_bits, &sub, sizeof sub_bits);
+  const U normal = (au + 0x7FFFFu + ((au >> 20) & 1u)) & 0xFFF00000u;
+  U v = (normal & ~small) | (sub_bits & small);
+  v = (v & ~sat) | (0x43E00000u & sat);
+  v = (v & ~nan) | (0x7FC00000u & nan);
+  u = v | sign;
+  std::memcpy(&x, &u, sizeof x);
+}
+
 }  // namespace ced::v41::fwd
