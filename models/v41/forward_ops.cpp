@@ -16,103 +16,139 @@ namespace ced::v41::fwd {
 
 namespace {
 
-// The linear kernels (lanes.hpp): a lane is one output column, a register block kRows rows.
+// The linear kernels (lanes.hpp): a lane is one output column, a register block kRows rows. The
+// weights are packed in column blocks of kPack lanes (64 bytes), which the AVX-512 kernels read as
+// one vector and the others as two; a kernel of Bytes-wide vectors (VecB) runs Cols vectors of
+// columns side by side, vector j at column j · lanes. Each output is its own sum whatever the
+// width, so the width changes only how many outputs are computed at once.
 constexpr int64_t kRows = 4;    // rows per register block (x rows are padded to a multiple)
 constexpr int64_t kPanel = 64;  // rows per parallel work item at most: a weight column block is reused across them
+template <typename T>
+constexpr int64_t kPack = 64 / sizeof(T);
+template <typename T, int64_t Bytes>
+using VecB [[gnu::vector_size(Bytes)]] = T;
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// Where vector j of a run of column blocks starts at row k of a [rows, kPack] block layout (the
+// blocks rows · kPack apart).
+template <typename T, int64_t Bytes>
+constexpr int64_t vector_at(int64_t j, int64_t k, int64_t rows) {
+  constexpr int64_t L = Bytes / sizeof(T), per_block = kPack<T> / L;
+  return (j / per_block) * rows * kPack<T> + k * kPack<T> + (j % per_block) * L;
+}
+
 // acc[j][r] += x[r, k] · wt[k, lane] for k in [k0, k1), in k order, for the kRows rows at x (K apart)
-// and Cols adjacent column blocks (Cols · kRows sums in flight); wt [K, lanes] per column block, the
-// blocks K·lanes apart.
-template <typename T, int64_t Cols>
+// and Cols vectors of columns (Cols · kRows sums in flight); wt [K, kPack] per column block.
+template <typename T, int64_t Bytes, int64_t Cols>
 [[gnu::always_inline]] inline void accumulate_block(const T* x, int64_t K, const T* wt, int64_t k0, int64_t k1,
-                                                    Vec<T> (&acc)[Cols][kRows]) {
-  constexpr int64_t L = kLanes<T>;
+                                                    VecB<T, Bytes> (&acc)[Cols][kRows]) {
   for (int64_t k = k0; k < k1; ++k)
 #pragma GCC unroll 2
     for (int64_t j = 0; j < Cols; ++j) {
-      Vec<T> w;
-      std::memcpy(&w, wt + j * K * L + k * L, sizeof w);
+      VecB<T, Bytes> w;
+      std::memcpy(&w, wt + vector_at<T, Bytes>(j, k, K), sizeof w);
 #pragma GCC unroll 4
       for (int64_t r = 0; r < kRows; ++r) acc[j][r] = acc[j][r] + x[r * K + k] * w;
     }
 }
 
 // The Cols · kRows sums into y, its rows np apart.
-template <typename T, int64_t Cols>
-[[gnu::always_inline]] inline void store_block(const Vec<T> (&acc)[Cols][kRows], int64_t np, T* y) {
+template <typename T, int64_t Bytes, int64_t Cols>
+[[gnu::always_inline]] inline void store_block(const VecB<T, Bytes> (&acc)[Cols][kRows], int64_t np, T* y) {
+  constexpr int64_t L = Bytes / sizeof(T);
   for (int64_t j = 0; j < Cols; ++j)
-    for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np + j * kLanes<T>, &acc[j][r], sizeof acc[j][r]);
+    for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np + j * L, &acc[j][r], sizeof acc[j][r]);
 }
 
-// y[r, lane] = Σ_k x[r, k] · wt[k, lane] for the kRows rows at x and Cols adjacent column blocks, in
-// k order; y rows np apart.
-template <typename T, int64_t Cols>
+// y[r, lane] = Σ_k x[r, k] · wt[k, lane] for the kRows rows at x and Cols vectors of columns, in k
+// order; y rows np apart.
+template <typename T, int64_t Bytes, int64_t Cols>
 [[gnu::always_inline]] inline void dot_block(const T* x, int64_t K, const T* wt, int64_t np, T* y) {
-  Vec<T> acc[Cols][kRows] = {};
-  accumulate_block<T, Cols>(x, K, wt, 0, K, acc);
-  store_block<T, Cols>(acc, np, y);
+  VecB<T, Bytes> acc[Cols][kRows] = {};
+  accumulate_block<T, Bytes, Cols>(x, K, wt, 0, K, acc);
+  store_block<T, Bytes, Cols>(acc, np, y);
 }
 
-// The release's block-scaled product for kRows rows and Cols adjacent column blocks: per 32-block b
-// of K, part = Σ_block ac·wc (in k order), then acc += (part · xs[r, b]) · ws[b, lane], in b order;
-// wc [K, lanes] and ws [K / 32, lanes] per column block, the blocks K·lanes and K / 32·lanes apart;
-// y rows np apart.
-template <int64_t Cols>
+// The release's block-scaled product for kRows rows and Cols vectors of columns: per 32-block b of
+// K, part = Σ_block ac·wc (in k order), then acc += (part · xs[r, b]) · ws[b, lane], in b order; wc
+// [K, kPack] and ws [K / 32, kPack] per column block; y rows np apart.
+template <int64_t Bytes, int64_t Cols>
 [[gnu::always_inline]] inline void block_scaled_block(const float* ac, const float* xs, int64_t K, const float* wc,
                                                       const float* ws, int64_t np, float* y) {
-  constexpr int64_t L = kLanes<float>;
   const int64_t nb = K / kFp8Block;
-  Vec<float> acc[Cols][kRows] = {};
+  VecB<float, Bytes> acc[Cols][kRows] = {};
   for (int64_t b = 0; b < nb; ++b) {
-    Vec<float> part[Cols][kRows] = {};
-    accumulate_block<float, Cols>(ac, K, wc, b * kFp8Block, (b + 1) * kFp8Block, part);
+    VecB<float, Bytes> part[Cols][kRows] = {};
+    accumulate_block<float, Bytes, Cols>(ac, K, wc, b * kFp8Block, (b + 1) * kFp8Block, part);
 #pragma GCC unroll 2
     for (int64_t j = 0; j < Cols; ++j) {
-      Vec<float> s;
-      std::memcpy(&s, ws + j * nb * L + b * L, sizeof s);
+      VecB<float, Bytes> s;
+      std::memcpy(&s, ws + vector_at<float, Bytes>(j, b, nb), sizeof s);
 #pragma GCC unroll 4
       for (int64_t r = 0; r < kRows; ++r) acc[j][r] = acc[j][r] + (part[j][r] * xs[r * nb + b]) * s;
     }
   }
-  store_block<float, Cols>(acc, np, y);
+  store_block<float, Bytes, Cols>(acc, np, y);
 }
 
-// One panel of rows [m0, m1) (a multiple of kRows) over every column block (V41_KERNEL: compiled
-// per ISA, chosen at load; the OpenMP loop stays outside, as its outlined body would not be cloned).
-template <typename T>
+// One panel of rows [m0, m1) (a multiple of kRows) over every column block, two vectors of columns
+// at a time (one at the end when a single one is left: AVX-512 on an odd number of blocks).
+template <typename T, int64_t Bytes>
 [[gnu::always_inline]] inline void dot_panel(const T* x, int64_t m0, int64_t m1, int64_t K, const T* wt, int64_t np,
                                              T* y) {
-  constexpr int64_t L = kLanes<T>;
+  constexpr int64_t L = Bytes / sizeof(T);
   for (int64_t o = 0; o < np; o += 2 * L)
     for (int64_t m = m0; m < m1; m += kRows) {
-      if (o + L < np)  // two column blocks left
-        dot_block<T, 2>(x + m * K, K, wt + o * K, np, y + m * np + o);
+      if (o + L < np)
+        dot_block<T, Bytes, 2>(x + m * K, K, wt + o * K, np, y + m * np + o);
       else
-        dot_block<T, 1>(x + m * K, K, wt + o * K, np, y + m * np + o);
+        dot_block<T, Bytes, 1>(x + m * K, K, wt + o * K, np, y + m * np + o);
     }
 }
-V41_KERNEL void dot_panel_t(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np,
-                            float* y) {
-  dot_panel(x, m0, m1, K, wt, np, y);
-}
-V41_KERNEL void dot_panel_t(const double* x, int64_t m0, int64_t m1, int64_t K, const double* wt, int64_t np,
-                            double* y) {
-  dot_panel(x, m0, m1, K, wt, np, y);
-}
-V41_KERNEL void block_scaled_panel(const float* ac, const float* xs, int64_t m0, int64_t m1, int64_t K, const float* wc,
-                                   const float* ws, int64_t np, float* y) {
-  constexpr int64_t L = kLanes<float>;
+template <int64_t Bytes>
+[[gnu::always_inline]] inline void block_scaled_panel(const float* ac, const float* xs, int64_t m0, int64_t m1,
+                                                      int64_t K, const float* wc, const float* ws, int64_t np,
+                                                      float* y) {
+  constexpr int64_t L = Bytes / sizeof(float);
   const int64_t nb = K / kFp8Block;
   for (int64_t o = 0; o < np; o += 2 * L)
     for (int64_t m = m0; m < m1; m += kRows) {
       const float *a = ac + m * K, *s = xs + m * nb, *w = wc + o * K, *v = ws + o * nb;
-      if (o + L < np)  // two column blocks left
-        block_scaled_block<2>(a, s, K, w, v, np, y + m * np + o);
+      if (o + L < np)
+        block_scaled_block<Bytes, 2>(a, s, K, w, v, np, y + m * np + o);
       else
-        block_scaled_block<1>(a, s, K, w, v, np, y + m * np + o);
+        block_scaled_block<Bytes, 1>(a, s, K, w, v, np, y + m * np + o);
     }
+}
+
+// The entry points: 64-byte vectors for AVX-512 (where the CPU has it, has_avx512), else the 32-byte
+// ones (V41_KERNEL: compiled for AVX2 and the baseline, chosen at load). The OpenMP loop stays
+// outside, as its outlined body would not be cloned.
+bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
+#define V41_KERNEL_512 [[gnu::target("avx512f")]]
+V41_KERNEL void dot_panel_t(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np,
+                            float* y) {
+  dot_panel<float, 32>(x, m0, m1, K, wt, np, y);
+}
+V41_KERNEL void dot_panel_t(const double* x, int64_t m0, int64_t m1, int64_t K, const double* wt, int64_t np,
+                            double* y) {
+  dot_panel<double, 32>(x, m0, m1, K, wt, np, y);
+}
+template <typename T>
+V41_KERNEL_512 void dot_panel_512(const T* x, int64_t m0, int64_t m1, int64_t K, const T* wt, int64_t np, T* y) {
+  dot_panel<T, 64>(x, m0, m1, K, wt, np, y);
+}
+V41_KERNEL void block_scaled_panel_t(const float* ac, const float* xs, int64_t m0, int64_t m1, int64_t K,
+                                     const float* wc, const float* ws, int64_t np, float* y) {
+  block_scaled_panel<32>(ac, xs, m0, m1, K, wc, ws, np, y);
+}
+V41_KERNEL_512 void block_scaled_panel_512(const float* ac, const float* xs, int64_t m0, int64_t m1, int64_t K,
+                                           const float* wc, const float* ws, int64_t np, float* y) {
+  block_scaled_panel<64>(ac, xs, m0, m1, K, wc, ws, np, y);
 }
 
 // Runs panel(m0, m1) over the padded rows Mp in panels of at most kPanel rows (fewer when that
@@ -135,12 +171,12 @@ std::vector<T> padded_rows(std::span<const double> X, int64_t M, int64_t K) {
   return x;
 }
 
-// Where (k, o) of a [K, np] matrix lies in the packed layout: column blocks of a vector's lanes,
-// each [K, lanes] contiguous, so that a kernel reads its block's weights in one stream.
+// Where (k, o) of a [K, np] matrix lies in the packed layout: column blocks of kPack lanes, each
+// [K, kPack] contiguous, so that a kernel reads its block's weights in one stream.
 template <typename T>
 size_t packed_at(int64_t k, int64_t o, int64_t K) {
-  const int64_t lane = o % kLanes<T>;
-  return static_cast<size_t>((o - lane) * K + k * kLanes<T> + lane);
+  const int64_t lane = o % kPack<T>;
+  return static_cast<size_t>((o - lane) * K + k * kPack<T> + lane);
 }
 
 // W [Nout, K] as T, transposed and packed (zero columns past Nout).
@@ -155,7 +191,7 @@ std::vector<T> transposed(std::span<const double> W, int64_t Nout, int64_t K, in
 V41Linear::Packed pack_plain(const Arith& a, std::span<const double> W, int64_t Nout, int64_t K) {
   V41Linear::Packed p;
   p.f64 = !a.emulate;
-  p.np = round_up(Nout, p.f64 ? kLanes<double> : kLanes<float>);
+  p.np = round_up(Nout, p.f64 ? kPack<double> : kPack<float>);
   if (p.f64)
     p.w64 = transposed<double>(W, Nout, K, p.np);
   else
@@ -170,7 +206,7 @@ V41Linear::Packed pack_codes(const V41Linear& w) {
   const int64_t K = w.in, N = w.out, nb = K / kFp8Block, tiles_in = (K + 31) / 32;
   V41Linear::Packed p;
   p.codes = true;
-  p.np = round_up(N, kLanes<float>);
+  p.np = round_up(N, kPack<float>);
   p.w32.assign(static_cast<size_t>(K * p.np), 0.0f);
   p.scale.assign(static_cast<size_t>(nb * p.np), 0.0f);
   for (int64_t o = 0; o < N; ++o)
@@ -266,7 +302,12 @@ void run_plain(std::span<const double> X, int64_t M, int64_t K, const std::vecto
   const int64_t Mp = round_up(M, kRows);
   std::vector<T> y(static_cast<size_t>(Mp * np));
   for_panels(Mp, M * K * Nout,
-             [&](int64_t m0, int64_t m1) { dot_panel_t(x.data(), m0, m1, K, wt.data(), np, y.data()); });
+             [&](int64_t m0, int64_t m1) {
+               if (has_avx512())
+                 dot_panel_512(x.data(), m0, m1, K, wt.data(), np, y.data());
+               else
+                 dot_panel_t(x.data(), m0, m1, K, wt.data(), np, y.data());
+             });
   write_rows_t(y.data(), M, Nout, np, Y.data(), out_bf16);
 }
 
@@ -281,7 +322,10 @@ void run_packed(std::span<const double> X, int64_t M, int64_t K, int64_t Nout,
   std::vector<float> y(static_cast<size_t>(Mp * p.np));
   quantize_rows(X.data(), M * nb, ac.data(), xs.data());
   for_panels(Mp, M * K * Nout, [&](int64_t m0, int64_t m1) {
-    block_scaled_panel(ac.data(), xs.data(), m0, m1, K, p.w32.data(), p.scale.data(), p.np, y.data());
+    if (has_avx512())
+      block_scaled_panel_512(ac.data(), xs.data(), m0, m1, K, p.w32.data(), p.scale.data(), p.np, y.data());
+    else
+      block_scaled_panel_t(ac.data(), xs.data(), m0, m1, K, p.w32.data(), p.scale.data(), p.np, y.data());
   });
   write_rows_t(y.data(), M, Nout, p.np, Y.data(), out_bf16);
 }
