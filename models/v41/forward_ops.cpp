@@ -7,6 +7,7 @@
 #include <numbers>
 #include <utility>
 
+#include <immintrin.h>  // declares the AVX-512 builtins
 #include <omp.h>
 
 #include "models/v41/forward_ops.hpp"
@@ -38,9 +39,24 @@ constexpr int64_t vector_at(int64_t j, int64_t k, int64_t rows) {
   return (j / per_block) * rows * kPack<T> + k * kPack<T> + (j % per_block) * L;
 }
 
+// acc + x · w in one rounding (AVX-512's fused multiply-add), for products that are exact: then the
+// same bits as the product rounded and then the sum. A release code's value times another's is
+// exact (at most 8 significant bits, the exponents well inside fp32's normal range). The builtin
+// is expanded only where this is inlined, into AVX-512 code (hence no intrinsic, whose own target
+// would not inline into the templates; and no ABI concern, as nothing is passed by value).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+[[gnu::always_inline]] inline void fused_add(VecB<float, 64>& acc, float x, const VecB<float, 64>& w) {
+  VecB<float, 64> xb;
+  for (int64_t l = 0; l < 16; ++l) xb[l] = x;
+  acc = __builtin_ia32_vfmaddps512_mask(xb, w, acc, static_cast<__mmask16>(0xFFFF), _MM_FROUND_CUR_DIRECTION);
+}
+#pragma GCC diagnostic pop
+
 // acc[j][r] += x[r, k] · wt[k, lane] for k in [k0, k1), in k order, for the kRows rows at x (K apart)
-// and Cols vectors of columns (Cols · kRows sums in flight); wt [K, kPack] per column block.
-template <typename T, int64_t Bytes, int64_t Cols>
+// and Cols vectors of columns (Cols · kRows sums in flight); wt [K, kPack] per column block. Fused:
+// in one rounding (fused_add), for exact products.
+template <typename T, int64_t Bytes, int64_t Cols, bool Fused = false>
 [[gnu::always_inline]] inline void accumulate_block(const T* x, int64_t K, const T* wt, int64_t k0, int64_t k1,
                                                     VecB<T, Bytes> (&acc)[Cols][kRows]) {
   for (int64_t k = k0; k < k1; ++k)
@@ -49,7 +65,12 @@ template <typename T, int64_t Bytes, int64_t Cols>
       VecB<T, Bytes> w;
       std::memcpy(&w, wt + vector_at<T, Bytes>(j, k, K), sizeof w);
 #pragma GCC unroll 4
-      for (int64_t r = 0; r < kRows; ++r) acc[j][r] = acc[j][r] + x[r * K + k] * w;
+      for (int64_t r = 0; r < kRows; ++r) {
+        if constexpr (Fused)
+          fused_add(acc[j][r], x[r * K + k], w);
+        else
+          acc[j][r] = acc[j][r] + x[r * K + k] * w;
+      }
     }
 }
 
@@ -71,8 +92,9 @@ template <typename T, int64_t Bytes, int64_t Cols>
 }
 
 // The release's block-scaled product for kRows rows and Cols vectors of columns: per 32-block b of
-// K, part = Σ_block ac·wc (in k order), then acc += (part · xs[r, b]) · ws[b, lane], in b order; wc
-// [K, kPack] and ws [K / 32, kPack] per column block; y rows np apart.
+// K, part = Σ_block ac·wc (in k order; the products of codes' values are exact, so AVX-512 fuses
+// them into the sum), then acc += (part · xs[r, b]) · ws[b, lane], in b order; wc [K, kPack] and
+// ws [K / 32, kPack] per column block; y rows np apart.
 template <int64_t Bytes, int64_t Cols>
 [[gnu::always_inline]] inline void block_scaled_block(const float* ac, const float* xs, int64_t K, const float* wc,
                                                       const float* ws, int64_t np, float* y) {
@@ -80,7 +102,7 @@ template <int64_t Bytes, int64_t Cols>
   VecB<float, Bytes> acc[Cols][kRows] = {};
   for (int64_t b = 0; b < nb; ++b) {
     VecB<float, Bytes> part[Cols][kRows] = {};
-    accumulate_block<float, Bytes, Cols>(ac, K, wc, b * kFp8Block, (b + 1) * kFp8Block, part);
+    accumulate_block<float, Bytes, Cols, Bytes == 64>(ac, K, wc, b * kFp8Block, (b + 1) * kFp8Block, part);
 #pragma GCC unroll 2
     for (int64_t j = 0; j < Cols; ++j) {
       VecB<float, Bytes> s;
