@@ -26,160 +26,160 @@ std::vector<int32_t> window_topk_idxs(int64_t N, int64_t W) {
 
 namespace {
 
-// sparse_attn's kernels (lanes.hpp): the scores of a block of kAttnBlock keys with a lane per key,
-// and P·V with a lane per channel.
+// sparse_attn's kernels (lanes.hpp): the scores of a block's keys with a lane per head, and P·V with
+// a lane per channel.
 
-// dot[j] = Σ_c q[c] · kt[c, j] for the block's keys (kt: [d, kAttnBlock], the block transposed), in
-// c order; eight vectors of keys at a time (as many sums in flight as fit AVX2's registers).
+// dots[j, lane] = Σ_c qt[c, lane] · rows[j][c] for the n keys (a multiple of kScoreKeys), in c
+// order: one vector of kLanes heads (qt: [d, lanes], the heads' queries transposed) against
+// kScoreKeys keys at a time (as many sums in flight as keep both arithmetic ports busy), each key's
+// row read once for all those heads.
+constexpr int64_t kScoreKeys = 8;
 template <typename T>
-[[gnu::always_inline]] inline void block_scores(const T* q, const T* kt, int64_t d, T* dot) {
-  constexpr int64_t nv = std::min<int64_t>(8, kAttnBlock / kLanes<T>), group = nv * kLanes<T>;
-  for (int64_t j0 = 0; j0 < kAttnBlock; j0 += group) {
-    Vec<T> acc[nv] = {};
-    for (int64_t c = 0; c < d; ++c)
+[[gnu::always_inline]] inline void head_scores(const T* qt, const T* const* rows, int64_t n, int64_t d, T* dots) {
+  constexpr int64_t L = kLanes<T>;
+  for (int64_t j0 = 0; j0 < n; j0 += kScoreKeys) {
+    Vec<T> acc[kScoreKeys] = {};
+    const T* const* r = rows + j0;
+    for (int64_t c = 0; c < d; ++c) {
+      Vec<T> qv;
+      std::memcpy(&qv, qt + c * L, sizeof qv);
 #pragma GCC unroll 8
-      for (int64_t v = 0; v < nv; ++v) {
-        Vec<T> k;
-        std::memcpy(&k, kt + c * kAttnBlock + j0 + v * kLanes<T>, sizeof k);
-        acc[v] = acc[v] + q[c] * k;
-      }
-    std::memcpy(dot + j0, acc, sizeof acc);
+      for (int64_t j = 0; j < kScoreKeys; ++j) acc[j] = acc[j] + qv * r[j][c];
+    }
+    std::memcpy(dots + j0 * L, acc, sizeof acc);
   }
 }
 
-// acc[c] = acc[c] · rescale + Σ_j p[j] · rows[j][c] over the n rows, in j order. kPvVecs vectors
-// of channels at a time, so that as many sums are in flight (d a multiple: the caller pads).
+// For each of Heads heads h: acc_h[c] = acc_h[c] · rescale_h + Σ_j p_h[j] · rows[j][c] over the n
+// rows, in j order (p_h = p + h · kAttnBlock, acc_h = acc + h · d). kPvVecs vectors of channels at
+// a time for all Heads heads, so that a row's vectors are read once for them (d a multiple: the
+// caller pads).
 constexpr int64_t kPvVecs = 4;
-template <typename T>
-[[gnu::always_inline]] inline void block_pv(const T* p, const T* const* rows, int64_t n, int64_t d, T rescale,
+template <typename T, int64_t Heads>
+[[gnu::always_inline]] inline void block_pv(const T* p, const T* const* rows, int64_t n, int64_t d, const T* rescale,
                                             T* acc) {
   for (int64_t c = 0; c < d; c += kPvVecs * kLanes<T>) {
-    Vec<T> pv[kPvVecs] = {};
+    Vec<T> pv[Heads][kPvVecs] = {};
     for (int64_t j = 0; j < n; ++j)
 #pragma GCC unroll 4
       for (int64_t v = 0; v < kPvVecs; ++v) {
         Vec<T> x;
         std::memcpy(&x, rows[j] + c + v * kLanes<T>, sizeof x);
-        pv[v] = pv[v] + p[j] * x;
+#pragma GCC unroll 2
+        for (int64_t h = 0; h < Heads; ++h) pv[h][v] = pv[h][v] + p[h * kAttnBlock + j] * x;
       }
+#pragma GCC unroll 2
+    for (int64_t h = 0; h < Heads; ++h)
 #pragma GCC unroll 4
-    for (int64_t v = 0; v < kPvVecs; ++v) {
-      Vec<T> a;
-      std::memcpy(&a, acc + c + v * kLanes<T>, sizeof a);
-      a = a * rescale + pv[v];
-      std::memcpy(acc + c + v * kLanes<T>, &a, sizeof a);
-    }
+      for (int64_t v = 0; v < kPvVecs; ++v) {
+        T* at = acc + h * d + c + v * kLanes<T>;
+        Vec<T> a;
+        std::memcpy(&a, at, sizeof a);
+        a = a * rescale[h] + pv[h][v];
+        std::memcpy(at, &a, sizeof a);
+      }
   }
 }
 
-// kt[c, j] = kvt[c, ix[j]] for the block's n keys (ix: row indices, a valid row in place of none).
+V41_KERNEL void head_scores_t(const float* qt, const float* const* rows, int64_t n, int64_t d, float* dots) {
+  head_scores(qt, rows, n, d, dots);
+}
+V41_KERNEL void head_scores_t(const double* qt, const double* const* rows, int64_t n, int64_t d, double* dots) {
+  head_scores(qt, rows, n, d, dots);
+}
+// P·V for heads [0, H): two at a time, the last alone when H is odd.
 template <typename T>
-[[gnu::always_inline]] inline void gather_block(const T* kvt, int64_t rows, const int32_t* ix, int64_t n, int64_t d,
-                                                T* kt) {
-  for (int64_t c = 0; c < d; ++c)
-    for (int64_t j = 0; j < n; ++j) kt[c * kAttnBlock + j] = kvt[c * rows + ix[j]];
+[[gnu::always_inline]] inline void heads_pv(const T* p, const T* const* rows, int64_t n, int64_t H, int64_t d,
+                                            const T* rescale, T* acc) {
+  int64_t h = 0;
+  for (; h + 2 <= H; h += 2) block_pv<T, 2>(p + h * kAttnBlock, rows, n, d, rescale + h, acc + h * d);
+  if (h < H) block_pv<T, 1>(p + h * kAttnBlock, rows, n, d, rescale + h, acc + h * d);
 }
-
-V41_KERNEL void gather_block_t(const float* kvt, int64_t rows, const int32_t* ix, int64_t n, int64_t d, float* kt) {
-  gather_block(kvt, rows, ix, n, d, kt);
+V41_KERNEL void heads_pv_t(const float* p, const float* const* rows, int64_t n, int64_t H, int64_t d,
+                           const float* rescale, float* acc) {
+  heads_pv(p, rows, n, H, d, rescale, acc);
 }
-V41_KERNEL void gather_block_t(const double* kvt, int64_t rows, const int32_t* ix, int64_t n, int64_t d, double* kt) {
-  gather_block(kvt, rows, ix, n, d, kt);
-}
-V41_KERNEL void block_scores_t(const float* q, const float* kt, int64_t d, float* dot) {
-  block_scores(q, kt, d, dot);
-}
-V41_KERNEL void block_scores_t(const double* q, const double* kt, int64_t d, double* dot) {
-  block_scores(q, kt, d, dot);
-}
-V41_KERNEL void block_pv_t(const float* p, const float* const* rows, int64_t n, int64_t d, float rescale, float* acc) {
-  block_pv(p, rows, n, d, rescale, acc);
-}
-V41_KERNEL void block_pv_t(const double* p, const double* const* rows, int64_t n, int64_t d, double rescale,
-                           double* acc) {
-  block_pv(p, rows, n, d, rescale, acc);
-}
-
-// kt[c, j] = kvt[c, ix[j]] for a block's n keys (rows > 0). A window's block is consecutive rows, so
-// each channel's keys are one copy; other lists are gathered, with row 0 in place of none.
-template <typename T>
-void gather_keys(const std::vector<T>& kvt, int64_t rows, const int32_t* ix, int64_t n, int64_t d,
-                 std::vector<int32_t>& rix, std::vector<T>& kt) {
-  int64_t first = 0;
-  while (first < n && ix[first] < 0) ++first;
-  const int64_t base = first < n ? ix[first] - first : -1;
-  bool consecutive = base >= 0 && base + n <= rows;
-  for (int64_t j = first; j < n && consecutive; ++j) consecutive = ix[j] < 0 || ix[j] == base + j;
-  if (consecutive) {
-    for (int64_t c = 0; c < d; ++c)
-      std::copy_n(kvt.begin() + c * rows + base, n, kt.begin() + c * kAttnBlock);
-    return;
-  }
-  for (int64_t j = 0; j < n; ++j) rix[static_cast<size_t>(j)] = std::max(ix[j], 0);
-  gather_block_t(kvt.data(), rows, rix.data(), n, d, kt.data());
+V41_KERNEL void heads_pv_t(const double* p, const double* const* rows, int64_t n, int64_t H, int64_t d,
+                           const double* rescale, double* acc) {
+  heads_pv(p, rows, n, H, d, rescale, acc);
 }
 
 // sparse_attn in T (fp32 under bf16, double under f64). The heads of a query walk its index list
-// together, block by block, so that a block's keys are gathered (from kv transposed) once for all
-// heads; each head keeps its own running max, sum and accumulator, updated in block order. A
-// score lane of no key (index -1, or past the list's end) is computed on whatever the lane holds
-// and never read.
+// together, block by block: a block's valid keys (index >= 0) are listed once, their scores taken
+// for all heads (kLanes heads to a vector, the heads padded with zero queries), then each head keeps
+// its own running max, sum and accumulator, updated in block order; P·V reads the keys' rows for two
+// heads at a time. A key of index -1 has no score (its probability is exp(-inf) = 0 in the sum) and
+// no row in P·V; the list is padded to a multiple of kScoreKeys with its last row, whose extra
+// scores are never read.
 template <typename T>
 void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_t H, int64_t d,
                     std::span<const double> kv, std::span<const double> sink, std::span<const int32_t> idxs,
                     int64_t k, double softmax_scale, std::span<double> out) {
+  constexpr int64_t L = kLanes<T>;
   const double scale = a.c(softmax_scale), ninf = -std::numeric_limits<double>::infinity();
-  constexpr int64_t pass = kPvVecs * kLanes<T>;
+  constexpr int64_t pass = kPvVecs * L;
   const int64_t dp = (d + pass - 1) / pass * pass;  // P·V's rows padded with zero channels
+  const int64_t hv = (H + L - 1) / L;               // vectors of heads
   const int64_t rows = static_cast<int64_t>(kv.size()) / d;
   std::vector<T> kvr(static_cast<size_t>(rows * dp), T(0));  // [rows, dp]
-  std::vector<T> kvt(static_cast<size_t>(d * rows));         // [d, rows]
   for (int64_t r = 0; r < rows; ++r) std::copy_n(kv.begin() + r * d, d, kvr.begin() + r * dp);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < d; ++c)
-      kvt[static_cast<size_t>(c * rows + r)] = static_cast<T>(kv[static_cast<size_t>(r * d + c)]);
-#pragma omp parallel for schedule(static) if (N * H * k * d > kParallelWork)
-  for (int64_t t = 0; t < N; ++t) {
-    std::vector<T> qt(q.begin() + t * H * d, q.begin() + (t + 1) * H * d), kt(static_cast<size_t>(d * kAttnBlock));
-    std::vector<T> acc(static_cast<size_t>(H * dp), T(0)), dot(kAttnBlock), pb(kAttnBlock);
-    std::vector<double> mx(static_cast<size_t>(H), a.c(-1e30)), sum(static_cast<size_t>(H), 0.0), s(kAttnBlock);
-    std::vector<const T*> live(kAttnBlock);  // the rows of the block's valid keys, in j order
-    std::vector<int32_t> rix(kAttnBlock);
-    for (int64_t b = 0; b < k; b += kAttnBlock) {
-      const int64_t nb = std::min(kAttnBlock, k - b);
-      const int32_t* ix = idxs.data() + t * k + b;
-      if (rows > 0) gather_keys(kvt, rows, ix, nb, d, rix, kt);
-      for (int64_t h = 0; h < H; ++h) {
-        block_scores_t(qt.data() + h * d, kt.data(), d, dot.data());
-        double bmax = ninf;
-        for (int64_t j = 0; j < nb; ++j) {
-          const double dj = ix[j] >= 0 ? static_cast<double>(dot[static_cast<size_t>(j)]) : ninf;
-          s[static_cast<size_t>(j)] = a.mul(dj, scale);
-          bmax = std::max(bmax, s[static_cast<size_t>(j)]);
-        }
-        double& m = mx[static_cast<size_t>(h)];
-        const double prev = m;
-        m = std::max(prev, bmax);
-        const double rescale = a.exp(a.sub(prev, m));
-        double psum = 0.0;
+#pragma omp parallel if (N * H * k * d > kParallelWork)
+  {
+    std::vector<T> qt(static_cast<size_t>(hv * d * L)), acc(static_cast<size_t>(H * dp)), rescale(static_cast<size_t>(H));
+    std::vector<T> dots(static_cast<size_t>(hv * kAttnBlock * L)), pb(static_cast<size_t>(H * kAttnBlock));
+    std::vector<double> mx(static_cast<size_t>(H)), sum(static_cast<size_t>(H)), s(kAttnBlock);
+    std::vector<const T*> live(kAttnBlock);  // the rows of the block's valid keys, in j order, padded
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < N; ++t) {
+      // qt: [hv, d, lanes], head h at lane h % lanes of vector h / lanes.
+      std::fill(qt.begin(), qt.end(), T(0));
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t c = 0; c < d; ++c)
+          qt[static_cast<size_t>(((h / L) * d + c) * L + h % L)] = static_cast<T>(q[static_cast<size_t>((t * H + h) * d + c)]);
+      std::fill(acc.begin(), acc.end(), T(0));
+      std::fill(mx.begin(), mx.end(), a.c(-1e30));
+      std::fill(sum.begin(), sum.end(), 0.0);
+      for (int64_t b = 0; b < k; b += kAttnBlock) {
+        const int64_t nb = std::min(kAttnBlock, k - b);
+        const int32_t* ix = idxs.data() + t * k + b;
         int64_t n = 0;
-        for (int64_t j = 0; j < nb; ++j) {
-          s[static_cast<size_t>(j)] = a.exp(a.sub(s[static_cast<size_t>(j)], m));
-          psum = a.add(psum, s[static_cast<size_t>(j)]);
-          if (ix[j] < 0) continue;  // a zeroed row: p · 0 adds nothing
-          pb[static_cast<size_t>(n)] = static_cast<T>(a.bf(s[static_cast<size_t>(j)]));
-          live[static_cast<size_t>(n++)] = kvr.data() + ix[j] * dp;
+        for (int64_t j = 0; j < nb; ++j)
+          if (ix[j] >= 0) live[static_cast<size_t>(n++)] = kvr.data() + ix[j] * dp;
+        const int64_t n_pad = (n + kScoreKeys - 1) / kScoreKeys * kScoreKeys;
+        for (int64_t j = n; j < n_pad; ++j) live[static_cast<size_t>(j)] = live[static_cast<size_t>(n - 1)];
+        for (int64_t v = 0; v < hv; ++v)
+          head_scores_t(qt.data() + v * d * L, live.data(), n_pad, d, dots.data() + v * kAttnBlock * L);
+        for (int64_t h = 0; h < H; ++h) {
+          const T* dh = dots.data() + (h / L) * kAttnBlock * L + h % L;  // key i at dh[i · lanes]
+          double bmax = ninf;
+          for (int64_t j = 0, i = 0; j < nb; ++j) {
+            const double dj = ix[j] >= 0 ? static_cast<double>(dh[(i++) * L]) : ninf;
+            s[static_cast<size_t>(j)] = a.mul(dj, scale);
+            bmax = std::max(bmax, s[static_cast<size_t>(j)]);
+          }
+          double& m = mx[static_cast<size_t>(h)];
+          const double prev = m;
+          m = std::max(prev, bmax);
+          const double r = a.exp(a.sub(prev, m));
+          double psum = 0.0;
+          T* ph = pb.data() + h * kAttnBlock;
+          for (int64_t j = 0, i = 0; j < nb; ++j) {
+            s[static_cast<size_t>(j)] = a.exp(a.sub(s[static_cast<size_t>(j)], m));
+            psum = a.add(psum, s[static_cast<size_t>(j)]);
+            if (ix[j] >= 0) ph[i++] = static_cast<T>(a.bf(s[static_cast<size_t>(j)]));
+          }
+          sum[static_cast<size_t>(h)] = a.add(a.mul(sum[static_cast<size_t>(h)], r), psum);
+          rescale[static_cast<size_t>(h)] = static_cast<T>(r);
         }
-        sum[static_cast<size_t>(h)] = a.add(a.mul(sum[static_cast<size_t>(h)], rescale), psum);
-        block_pv_t(pb.data(), live.data(), n, dp, static_cast<T>(rescale), acc.data() + h * dp);
+        heads_pv_t(pb.data(), live.data(), n, H, dp, rescale.data(), acc.data());
       }
-    }
-    for (int64_t h = 0; h < H; ++h) {
-      const size_t hs = static_cast<size_t>(h);
-      const double total = a.add(sum[hs], a.exp(a.sub(sink[hs], mx[hs])));
-      double* o = out.data() + (t * H + h) * d;
-      for (int64_t c = 0; c < d; ++c)
-        o[c] = a.bf(a.div(static_cast<double>(acc[static_cast<size_t>(h * dp + c)]), total));
+      for (int64_t h = 0; h < H; ++h) {
+        const size_t hs = static_cast<size_t>(h);
+        const double total = a.add(sum[hs], a.exp(a.sub(sink[hs], mx[hs])));
+        double* o = out.data() + (t * H + h) * d;
+        for (int64_t c = 0; c < d; ++c)
+          o[c] = a.bf(a.div(static_cast<double>(acc[static_cast<size_t>(h * dp + c)]), total));
+      }
     }
   }
 }

@@ -3,9 +3,11 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numbers>
 #include <utility>
 
+#include <immintrin.h>  // declares the AVX-512 builtins
 #include <omp.h>
 
 #include "models/v41/forward_ops.hpp"
@@ -15,103 +17,160 @@ namespace ced::v41::fwd {
 
 namespace {
 
-// The linear kernels (lanes.hpp): a lane is one output column, a register block kRows rows.
+// The linear kernels (lanes.hpp): a lane is one output column, a register block kRows rows. The
+// weights are packed in column blocks of kPack lanes (64 bytes), which the AVX-512 kernels read as
+// one vector and the others as two; a kernel of Bytes-wide vectors (VecB) runs Cols vectors of
+// columns side by side, vector j at column j · lanes. Each output is its own sum whatever the
+// width, so the width changes only how many outputs are computed at once.
 constexpr int64_t kRows = 4;    // rows per register block (x rows are padded to a multiple)
 constexpr int64_t kPanel = 64;  // rows per parallel work item at most: a weight column block is reused across them
+template <typename T>
+constexpr int64_t kPack = 64 / sizeof(T);
+template <typename T, int64_t Bytes>
+using VecB [[gnu::vector_size(Bytes)]] = T;
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// Where vector j of a run of column blocks starts at row k of a [rows, kPack] block layout (the
+// blocks rows · kPack apart).
+template <typename T, int64_t Bytes>
+constexpr int64_t vector_at(int64_t j, int64_t k, int64_t rows) {
+  constexpr int64_t L = Bytes / sizeof(T), per_block = kPack<T> / L;
+  return (j / per_block) * rows * kPack<T> + k * kPack<T> + (j % per_block) * L;
+}
+
+// acc + x · w in one rounding (AVX-512's fused multiply-add), for products that are exact: then the
+// same bits as the product rounded and then the sum. A release code's value times another's is
+// exact (at most 8 significant bits, the exponents well inside fp32's normal range). The builtin
+// is expanded only where this is inlined, into AVX-512 code (hence no intrinsic, whose own target
+// would not inline into the templates; and no ABI concern, as nothing is passed by value).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+[[gnu::always_inline]] inline void fused_add(VecB<float, 64>& acc, float x, const VecB<float, 64>& w) {
+  VecB<float, 64> xb;
+  for (int64_t l = 0; l < 16; ++l) xb[l] = x;
+  acc = __builtin_ia32_vfmaddps512_mask(xb, w, acc, static_cast<__mmask16>(0xFFFF), _MM_FROUND_CUR_DIRECTION);
+}
+#pragma GCC diagnostic pop
+
 // acc[j][r] += x[r, k] · wt[k, lane] for k in [k0, k1), in k order, for the kRows rows at x (K apart)
-// and Cols adjacent column blocks (Cols · kRows sums in flight); wt [K, lanes] per column block, the
-// blocks K·lanes apart.
-template <typename T, int64_t Cols>
+// and Cols vectors of columns (Cols · kRows sums in flight); wt [K, kPack] per column block. Fused:
+// in one rounding (fused_add), for exact products.
+template <typename T, int64_t Bytes, int64_t Cols, bool Fused = false>
 [[gnu::always_inline]] inline void accumulate_block(const T* x, int64_t K, const T* wt, int64_t k0, int64_t k1,
-                                                    Vec<T> (&acc)[Cols][kRows]) {
-  constexpr int64_t L = kLanes<T>;
+                                                    VecB<T, Bytes> (&acc)[Cols][kRows]) {
   for (int64_t k = k0; k < k1; ++k)
 #pragma GCC unroll 2
     for (int64_t j = 0; j < Cols; ++j) {
-      Vec<T> w;
-      std::memcpy(&w, wt + j * K * L + k * L, sizeof w);
+      VecB<T, Bytes> w;
+      std::memcpy(&w, wt + vector_at<T, Bytes>(j, k, K), sizeof w);
 #pragma GCC unroll 4
-      for (int64_t r = 0; r < kRows; ++r) acc[j][r] = acc[j][r] + x[r * K + k] * w;
+      for (int64_t r = 0; r < kRows; ++r) {
+        if constexpr (Fused)
+          fused_add(acc[j][r], x[r * K + k], w);
+        else
+          acc[j][r] = acc[j][r] + x[r * K + k] * w;
+      }
     }
 }
 
 // The Cols · kRows sums into y, its rows np apart.
-template <typename T, int64_t Cols>
-[[gnu::always_inline]] inline void store_block(const Vec<T> (&acc)[Cols][kRows], int64_t np, T* y) {
+template <typename T, int64_t Bytes, int64_t Cols>
+[[gnu::always_inline]] inline void store_block(const VecB<T, Bytes> (&acc)[Cols][kRows], int64_t np, T* y) {
+  constexpr int64_t L = Bytes / sizeof(T);
   for (int64_t j = 0; j < Cols; ++j)
-    for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np + j * kLanes<T>, &acc[j][r], sizeof acc[j][r]);
+    for (int64_t r = 0; r < kRows; ++r) std::memcpy(y + r * np + j * L, &acc[j][r], sizeof acc[j][r]);
 }
 
-// y[r, lane] = Σ_k x[r, k] · wt[k, lane] for the kRows rows at x and Cols adjacent column blocks, in
-// k order; y rows np apart.
-template <typename T, int64_t Cols>
+// y[r, lane] = Σ_k x[r, k] · wt[k, lane] for the kRows rows at x and Cols vectors of columns, in k
+// order; y rows np apart.
+template <typename T, int64_t Bytes, int64_t Cols>
 [[gnu::always_inline]] inline void dot_block(const T* x, int64_t K, const T* wt, int64_t np, T* y) {
-  Vec<T> acc[Cols][kRows] = {};
-  accumulate_block<T, Cols>(x, K, wt, 0, K, acc);
-  store_block<T, Cols>(acc, np, y);
+  VecB<T, Bytes> acc[Cols][kRows] = {};
+  accumulate_block<T, Bytes, Cols>(x, K, wt, 0, K, acc);
+  store_block<T, Bytes, Cols>(acc, np, y);
 }
 
-// The release's block-scaled product for kRows rows and Cols adjacent column blocks: per 32-block b
-// of K, part = Σ_block ac·wc (in k order), then acc += (part · xs[r, b]) · ws[b, lane], in b order;
-// wc [K, lanes] and ws [K / 32, lanes] per column block, the blocks K·lanes and K / 32·lanes apart;
-// y rows np apart.
-template <int64_t Cols>
+// The release's block-scaled product for kRows rows and Cols vectors of columns: per 32-block b of
+// K, part = Σ_block ac·wc (in k order; the products of codes' values are exact, so AVX-512 fuses
+// them into the sum), then acc += (part · xs[r, b]) · ws[b, lane], in b order; wc [K, kPack] and
+// ws [K / 32, kPack] per column block; y rows np apart.
+template <int64_t Bytes, int64_t Cols>
 [[gnu::always_inline]] inline void block_scaled_block(const float* ac, const float* xs, int64_t K, const float* wc,
                                                       const float* ws, int64_t np, float* y) {
-  constexpr int64_t L = kLanes<float>;
   const int64_t nb = K / kFp8Block;
-  Vec<float> acc[Cols][kRows] = {};
+  VecB<float, Bytes> acc[Cols][kRows] = {};
   for (int64_t b = 0; b < nb; ++b) {
-    Vec<float> part[Cols][kRows] = {};
-    accumulate_block<float, Cols>(ac, K, wc, b * kFp8Block, (b + 1) * kFp8Block, part);
+    VecB<float, Bytes> part[Cols][kRows] = {};
+    accumulate_block<float, Bytes, Cols, Bytes == 64>(ac, K, wc, b * kFp8Block, (b + 1) * kFp8Block, part);
 #pragma GCC unroll 2
     for (int64_t j = 0; j < Cols; ++j) {
-      Vec<float> s;
-      std::memcpy(&s, ws + j * nb * L + b * L, sizeof s);
+      VecB<float, Bytes> s;
+      std::memcpy(&s, ws + vector_at<float, Bytes>(j, b, nb), sizeof s);
 #pragma GCC unroll 4
       for (int64_t r = 0; r < kRows; ++r) acc[j][r] = acc[j][r] + (part[j][r] * xs[r * nb + b]) * s;
     }
   }
-  store_block<float, Cols>(acc, np, y);
+  store_block<float, Bytes, Cols>(acc, np, y);
 }
 
-// One panel of rows [m0, m1) (a multiple of kRows) over every column block (V41_KERNEL: compiled
-// per ISA, chosen at load; the OpenMP loop stays outside, as its outlined body would not be cloned).
-template <typename T>
+// One panel of rows [m0, m1) (a multiple of kRows) over every column block, two vectors of columns
+// at a time (one at the end when a single one is left: AVX-512 on an odd number of blocks).
+template <typename T, int64_t Bytes>
 [[gnu::always_inline]] inline void dot_panel(const T* x, int64_t m0, int64_t m1, int64_t K, const T* wt, int64_t np,
                                              T* y) {
-  constexpr int64_t L = kLanes<T>;
+  constexpr int64_t L = Bytes / sizeof(T);
   for (int64_t o = 0; o < np; o += 2 * L)
     for (int64_t m = m0; m < m1; m += kRows) {
-      if (o + L < np)  // two column blocks left
-        dot_block<T, 2>(x + m * K, K, wt + o * K, np, y + m * np + o);
+      if (o + L < np)
+        dot_block<T, Bytes, 2>(x + m * K, K, wt + o * K, np, y + m * np + o);
       else
-        dot_block<T, 1>(x + m * K, K, wt + o * K, np, y + m * np + o);
+        dot_block<T, Bytes, 1>(x + m * K, K, wt + o * K, np, y + m * np + o);
     }
 }
-V41_KERNEL void dot_panel_t(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np,
-                            float* y) {
-  dot_panel(x, m0, m1, K, wt, np, y);
-}
-V41_KERNEL void dot_panel_t(const double* x, int64_t m0, int64_t m1, int64_t K, const double* wt, int64_t np,
-                            double* y) {
-  dot_panel(x, m0, m1, K, wt, np, y);
-}
-V41_KERNEL void block_scaled_panel(const float* ac, const float* xs, int64_t m0, int64_t m1, int64_t K, const float* wc,
-                                   const float* ws, int64_t np, float* y) {
-  constexpr int64_t L = kLanes<float>;
+template <int64_t Bytes>
+[[gnu::always_inline]] inline void block_scaled_panel(const float* ac, const float* xs, int64_t m0, int64_t m1,
+                                                      int64_t K, const float* wc, const float* ws, int64_t np,
+                                                      float* y) {
+  constexpr int64_t L = Bytes / sizeof(float);
   const int64_t nb = K / kFp8Block;
   for (int64_t o = 0; o < np; o += 2 * L)
     for (int64_t m = m0; m < m1; m += kRows) {
       const float *a = ac + m * K, *s = xs + m * nb, *w = wc + o * K, *v = ws + o * nb;
-      if (o + L < np)  // two column blocks left
-        block_scaled_block<2>(a, s, K, w, v, np, y + m * np + o);
+      if (o + L < np)
+        block_scaled_block<Bytes, 2>(a, s, K, w, v, np, y + m * np + o);
       else
-        block_scaled_block<1>(a, s, K, w, v, np, y + m * np + o);
+        block_scaled_block<Bytes, 1>(a, s, K, w, v, np, y + m * np + o);
     }
+}
+
+// The entry points: 64-byte vectors for AVX-512 (where the CPU has it, has_avx512), else the 32-byte
+// ones (V41_KERNEL: compiled for AVX2 and the baseline, chosen at load). The OpenMP loop stays
+// outside, as its outlined body would not be cloned.
+bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
+#define V41_KERNEL_512 [[gnu::target("avx512f")]]
+V41_KERNEL void dot_panel_t(const float* x, int64_t m0, int64_t m1, int64_t K, const float* wt, int64_t np,
+                            float* y) {
+  dot_panel<float, 32>(x, m0, m1, K, wt, np, y);
+}
+V41_KERNEL void dot_panel_t(const double* x, int64_t m0, int64_t m1, int64_t K, const double* wt, int64_t np,
+                            double* y) {
+  dot_panel<double, 32>(x, m0, m1, K, wt, np, y);
+}
+template <typename T>
+V41_KERNEL_512 void dot_panel_512(const T* x, int64_t m0, int64_t m1, int64_t K, const T* wt, int64_t np, T* y) {
+  dot_panel<T, 64>(x, m0, m1, K, wt, np, y);
+}
+V41_KERNEL void block_scaled_panel_t(const float* ac, const float* xs, int64_t m0, int64_t m1, int64_t K,
+                                     const float* wc, const float* ws, int64_t np, float* y) {
+  block_scaled_panel<32>(ac, xs, m0, m1, K, wc, ws, np, y);
+}
+V41_KERNEL_512 void block_scaled_panel_512(const float* ac, const float* xs, int64_t m0, int64_t m1, int64_t K,
+                                           const float* wc, const float* ws, int64_t np, float* y) {
+  block_scaled_panel<64>(ac, xs, m0, m1, K, wc, ws, np, y);
 }
 
 // Runs panel(m0, m1) over the padded rows Mp in panels of at most kPanel rows (fewer when that
@@ -134,12 +193,12 @@ std::vector<T> padded_rows(std::span<const double> X, int64_t M, int64_t K) {
   return x;
 }
 
-// Where (k, o) of a [K, np] matrix lies in the packed layout: column blocks of a vector's lanes,
-// each [K, lanes] contiguous, so that a kernel reads its block's weights in one stream.
+// Where (k, o) of a [K, np] matrix lies in the packed layout: column blocks of kPack lanes, each
+// [K, kPack] contiguous, so that a kernel reads its block's weights in one stream.
 template <typename T>
 size_t packed_at(int64_t k, int64_t o, int64_t K) {
-  const int64_t lane = o % kLanes<T>;
-  return static_cast<size_t>((o - lane) * K + k * kLanes<T> + lane);
+  const int64_t lane = o % kPack<T>;
+  return static_cast<size_t>((o - lane) * K + k * kPack<T> + lane);
 }
 
 // W [Nout, K] as T, transposed and packed (zero columns past Nout).
@@ -154,7 +213,7 @@ std::vector<T> transposed(std::span<const double> W, int64_t Nout, int64_t K, in
 V41Linear::Packed pack_plain(const Arith& a, std::span<const double> W, int64_t Nout, int64_t K) {
   V41Linear::Packed p;
   p.f64 = !a.emulate;
-  p.np = round_up(Nout, p.f64 ? kLanes<double> : kLanes<float>);
+  p.np = round_up(Nout, p.f64 ? kPack<double> : kPack<float>);
   if (p.f64)
     p.w64 = transposed<double>(W, Nout, K, p.np);
   else
@@ -169,7 +228,7 @@ V41Linear::Packed pack_codes(const V41Linear& w) {
   const int64_t K = w.in, N = w.out, nb = K / kFp8Block, tiles_in = (K + 31) / 32;
   V41Linear::Packed p;
   p.codes = true;
-  p.np = round_up(N, kLanes<float>);
+  p.np = round_up(N, kPack<float>);
   p.w32.assign(static_cast<size_t>(K * p.np), 0.0f);
   p.scale.assign(static_cast<size_t>(nb * p.np), 0.0f);
   for (int64_t o = 0; o < N; ++o)
@@ -183,14 +242,42 @@ V41Linear::Packed pack_codes(const V41Linear& w) {
   return p;
 }
 
-// The values of the 256 e4m3 codes, from f32_from_e4m3 itself (a lookup copies its bits).
-const std::array<float, 256>& e4m3_values() {
-  static const std::array<float, 256> v = [] {
-    std::array<float, 256> t{};
-    for (size_t c = 0; c < t.size(); ++c) t[c] = f32_from_e4m3(static_cast<uint8_t>(c));
-    return t;
-  }();
-  return v;
+// act_quant (numerics.hpp) of `blocks` 32-blocks of bf16 values X as block_scaled_panel reads
+// them: ac the values of the e4m3 codes of x / s (e4m3_value_lanes), xs the blocks' scales s. The
+// amax, its floor and the scale as act_quant has them; a NaN in a block makes its amax a NaN, and
+// ue8m0_scale gives every NaN the same scale.
+V41_KERNEL void quantize_rows(const double* X, int64_t blocks, float* ac, float* xs) {
+  using U = Vec<uint32_t>;
+  constexpr int64_t L = kLanes<float>, V = kFp8Block / L;
+  for (int64_t b = 0; b < blocks; ++b) {
+    Vec<float> v[V], m = {};
+    U nan = {};
+    for (int64_t i = 0; i < V; ++i) {
+      load_lanes<float>(v[i], X + b * kFp8Block + i * L);
+      U u;
+      std::memcpy(&u, &v[i], sizeof u);
+      u &= 0x7FFFFFFFu;
+      nan |= (U)(u > 0x7F800000u);
+      Vec<float> a;
+      std::memcpy(&a, &u, sizeof a);
+      m = a > m ? a : m;
+    }
+    float amax = 0.0f;
+    bool any_nan = false;
+    for (int64_t l = 0; l < L; ++l) {
+      amax = std::max(amax, m[l]);
+      any_nan = any_nan || nan[l] != 0;
+    }
+    if (any_nan) amax = std::numeric_limits<float>::quiet_NaN();
+    else if (amax < kFp8AmaxFloor) amax = kFp8AmaxFloor;
+    const float scale = ue8m0_scale(amax, kFp8MaxInv);
+    xs[b] = scale;
+    for (int64_t i = 0; i < V; ++i) {
+      Vec<float> q = v[i] / scale;
+      e4m3_value_lanes(q);
+      std::memcpy(ac + b * kFp8Block + i * L, &q, sizeof q);
+    }
+  }
 }
 
 bool uses_codes(const Arith& a, const V41Linear& w) { return a.release && w.kind != V41Linear::Kind::Plain; }
@@ -204,58 +291,78 @@ bool packed_for(const Arith& a, const V41Linear& w) {
   return p.np > 0 && p.codes == uses_codes(a, w) && p.f64 == (!p.codes && !a.emulate);
 }
 
-// Y from the kernels' output y [Mp, np] (its padding dropped).
+// Y from the kernels' output y [Mp, np] (its padding dropped), a vector of columns at a time; T is
+// float exactly when the regime emulates fp32, so bf_lanes and bf_of are Arith::bf.
 template <typename T>
-void write_out(const Arith& a, const std::vector<T>& y, int64_t M, int64_t Nout, int64_t np, std::span<double> Y,
-               bool out_bf16) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t o = 0; o < Nout; ++o) {
-      const double v = y[static_cast<size_t>(m * np + o)];
-      Y[static_cast<size_t>(m * Nout + o)] = out_bf16 ? a.bf(v) : v;
+[[gnu::always_inline]] inline void write_rows(const T* y, int64_t M, int64_t Nout, int64_t np, double* Y,
+                                              bool out_bf16) {
+  constexpr int64_t L = kLanes<T>;
+  for (int64_t m = 0; m < M; ++m) {
+    const T* src = y + m * np;
+    double* dst = Y + m * Nout;
+    int64_t o = 0;
+    for (; o + L <= Nout; o += L) {
+      Vec<T> v;
+      std::memcpy(&v, src + o, sizeof v);
+      if (out_bf16) bf_lanes<T>(v);
+      store_lanes<T>(dst + o, v);
     }
+    for (; o < Nout; ++o) dst[o] = out_bf16 ? bf_of<T>(src[o]) : src[o];
+  }
+}
+V41_KERNEL void write_rows_t(const float* y, int64_t M, int64_t Nout, int64_t np, double* Y, bool out_bf16) {
+  write_rows(y, M, Nout, np, Y, out_bf16);
+}
+V41_KERNEL void write_rows_t(const double* y, int64_t M, int64_t Nout, int64_t np, double* Y, bool out_bf16) {
+  write_rows(y, M, Nout, np, Y, out_bf16);
 }
 
 template <typename T>
-void run_plain(const Arith& a, std::span<const double> X, int64_t M, int64_t K, const std::vector<T>& wt, int64_t Nout,
-               int64_t np, std::span<double> Y, bool out_bf16) {
+void run_plain(std::span<const double> X, int64_t M, int64_t K, const std::vector<T>& wt, int64_t Nout, int64_t np,
+               std::span<double> Y, bool out_bf16) {
   const std::vector<T> x = padded_rows<T>(X, M, K);
   const int64_t Mp = round_up(M, kRows);
   std::vector<T> y(static_cast<size_t>(Mp * np));
   for_panels(Mp, M * K * Nout,
-             [&](int64_t m0, int64_t m1) { dot_panel_t(x.data(), m0, m1, K, wt.data(), np, y.data()); });
-  write_out(a, y, M, Nout, np, Y, out_bf16);
+             [&](int64_t m0, int64_t m1) {
+               if (has_avx512())
+                 dot_panel_512(x.data(), m0, m1, K, wt.data(), np, y.data());
+               else
+                 dot_panel_t(x.data(), m0, m1, K, wt.data(), np, y.data());
+             });
+  write_rows_t(y.data(), M, Nout, np, Y.data(), out_bf16);
 }
 
 // Y [M, Nout] = X [M, K] through a packed linear.
-void run_packed(const Arith& a, std::span<const double> X, int64_t M, int64_t K, int64_t Nout,
+void run_packed(std::span<const double> X, int64_t M, int64_t K, int64_t Nout,
                 const V41Linear::Packed& p, std::span<double> Y, bool out_bf16) {
-  if (p.f64) return run_plain(a, X, M, K, p.w64, Nout, p.np, Y, out_bf16);
-  if (!p.codes) return run_plain(a, X, M, K, p.w32, Nout, p.np, Y, out_bf16);
-  // act_quant per 32, then the codes' values and the scales per row, decoded once.
+  if (p.f64) return run_plain(X, M, K, p.w64, Nout, p.np, Y, out_bf16);
+  if (!p.codes) return run_plain(X, M, K, p.w32, Nout, p.np, Y, out_bf16);
+  // act_quant per 32: the codes' values and the scales per row (the padding rows zero).
   const int64_t nb = K / kFp8Block, Mp = round_up(M, kRows);
-  std::vector<float> xf(X.begin(), X.end()), xs(static_cast<size_t>(Mp * nb), 0.0f);
-  std::vector<uint8_t> codes(xf.size());
-  act_quant(xf, K, codes, std::span<float>(xs).first(static_cast<size_t>(M * nb)));
-  std::vector<float> ac(static_cast<size_t>(Mp * K), 0.0f), y(static_cast<size_t>(Mp * p.np));
-  const std::array<float, 256>& e4m3 = e4m3_values();
-  for (size_t i = 0; i < codes.size(); ++i) ac[i] = e4m3[codes[i]];
+  std::vector<float> ac(static_cast<size_t>(Mp * K), 0.0f), xs(static_cast<size_t>(Mp * nb), 0.0f);
+  std::vector<float> y(static_cast<size_t>(Mp * p.np));
+  quantize_rows(X.data(), M * nb, ac.data(), xs.data());
   for_panels(Mp, M * K * Nout, [&](int64_t m0, int64_t m1) {
-    block_scaled_panel(ac.data(), xs.data(), m0, m1, K, p.w32.data(), p.scale.data(), p.np, y.data());
+    if (has_avx512())
+      block_scaled_panel_512(ac.data(), xs.data(), m0, m1, K, p.w32.data(), p.scale.data(), p.np, y.data());
+    else
+      block_scaled_panel_t(ac.data(), xs.data(), m0, m1, K, p.w32.data(), p.scale.data(), p.np, y.data());
   });
-  write_out(a, y, M, Nout, p.np, Y, out_bf16);
+  write_rows_t(y.data(), M, Nout, p.np, Y.data(), out_bf16);
 }
 
 }  // namespace
 
 void linear(const Arith& a, std::span<const double> X, int64_t M, int64_t K, std::span<const double> W,
             int64_t Nout, std::span<double> Y, bool out_bf16) {
-  run_packed(a, X, M, K, Nout, pack_plain(a, W, Nout, K), Y, out_bf16);
+  run_packed(X, M, K, Nout, pack_plain(a, W, Nout, K), Y, out_bf16);
 }
 
 void linear_w(const Arith& a, std::span<const double> X, int64_t M, const V41Linear& w, std::span<double> Y,
               bool out_bf16) {
-  if (packed_for(a, w)) return run_packed(a, X, M, w.in, w.out, w.packed, Y, out_bf16);
-  run_packed(a, X, M, w.in, w.out, pack_for(a, w), Y, out_bf16);
+  if (packed_for(a, w)) return run_packed(X, M, w.in, w.out, w.packed, Y, out_bf16);
+  run_packed(X, M, w.in, w.out, pack_for(a, w), Y, out_bf16);
 }
 
 void pack_linear(const Arith& a, V41Linear& w) { w.packed = pack_for(a, w); }
@@ -268,16 +375,80 @@ void pack_layer_linears(const Arith& a, V41LayerWeights& w) {
     for (V41Linear* l : {&e.w1, &e.w2, &e.w3}) pack_linear(a, *l);
 }
 
+namespace {
+
+// ss[r] = Σ_i x[r, i]² in i order, one rounding per op, for kSquareRows rows at a time (x rows n
+// apart) so that their sums run side by side; T as in write_rows.
+constexpr int64_t kSquareRows = 8;
+template <typename T>
+[[gnu::always_inline]] inline void sum_squares(const double* x, int64_t rows, int64_t n, double* ss) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kSquareRows) {
+    const int64_t nr = std::min(kSquareRows, rows - r0);
+    T acc[kSquareRows] = {};
+    const double* p = x + r0 * n;
+    if (nr == kSquareRows) {
+      for (int64_t i = 0; i < n; ++i)
+#pragma GCC unroll 8
+        for (int64_t r = 0; r < kSquareRows; ++r) {
+          const T v = static_cast<T>(p[r * n + i]);
+          acc[r] = acc[r] + v * v;
+        }
+    } else {
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t i = 0; i < n; ++i) {
+          const T v = static_cast<T>(p[r * n + i]);
+          acc[r] = acc[r] + v * v;
+        }
+    }
+    for (int64_t r = 0; r < nr; ++r) ss[r0 + r] = acc[r];
+  }
+}
+V41_KERNEL void sum_squares_f32(const double* x, int64_t rows, int64_t n, double* ss) {
+  sum_squares<float>(x, rows, n, ss);
+}
+V41_KERNEL void sum_squares_f64(const double* x, int64_t rows, int64_t n, double* ss) {
+  sum_squares<double>(x, rows, n, ss);
+}
+
+// x[r, i] = bf16(w[i] · (x[r, i] · rs[r])), a vector of i at a time.
+template <typename T>
+[[gnu::always_inline]] inline void scale_rows(double* x, int64_t rows, int64_t n, const double* w, const double* rs) {
+  constexpr int64_t L = kLanes<T>;
+  for (int64_t r = 0; r < rows; ++r) {
+    double* p = x + r * n;
+    const T s = static_cast<T>(rs[r]);
+    int64_t i = 0;
+    for (; i + L <= n; i += L) {
+      Vec<T> v, wv;
+      load_lanes<T>(v, p + i);
+      load_lanes<T>(wv, w + i);
+      v = wv * (v * s);
+      bf_lanes<T>(v);
+      store_lanes<T>(p + i, v);
+    }
+    for (; i < n; ++i) p[i] = bf_of<T>(static_cast<T>(w[i]) * (static_cast<T>(p[i]) * s));
+  }
+}
+V41_KERNEL void scale_rows_f32(double* x, int64_t rows, int64_t n, const double* w, const double* rs) {
+  scale_rows<float>(x, rows, n, w, rs);
+}
+V41_KERNEL void scale_rows_f64(double* x, int64_t rows, int64_t n, const double* w, const double* rs) {
+  scale_rows<double>(x, rows, n, w, rs);
+}
+
+}  // namespace
+
+void row_sum_squares(const Arith& a, std::span<const double> x, int64_t n, std::span<double> ss) {
+  (a.emulate ? sum_squares_f32 : sum_squares_f64)(x.data(), static_cast<int64_t>(ss.size()), n, ss.data());
+}
+
 void rmsnorm(const Arith& a, std::span<double> x, int64_t n, std::span<const double> w, double eps) {
   const int64_t rows = static_cast<int64_t>(x.size()) / n;
   const double e = a.c(eps);
-  for (int64_t r = 0; r < rows; ++r) {
-    double* p = x.data() + r * n;
-    double ss = 0.0;
-    for (int64_t i = 0; i < n; ++i) ss = a.add(ss, a.mul(p[i], p[i]));
-    const double rs = a.rsqrt(a.add(a.div(ss, static_cast<double>(n)), e));
-    for (int64_t i = 0; i < n; ++i) p[i] = a.bf(a.mul(w[static_cast<size_t>(i)], a.mul(p[i], rs)));
-  }
+  std::vector<double> rs(static_cast<size_t>(rows));
+  row_sum_squares(a, x, n, rs);
+  for (double& v : rs) v = a.rsqrt(a.add(a.div(v, static_cast<double>(n)), e));
+  (a.emulate ? scale_rows_f32 : scale_rows_f64)(x.data(), rows, n, w.data(), rs.data());
 }
 
 RopeTable rope_table(const Arith& a, int64_t rope_head_dim, int64_t N, int64_t original_seq_len, double theta,

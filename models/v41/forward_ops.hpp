@@ -72,6 +72,9 @@ void pack_layer_linears(const Arith& a, V41LayerWeights& w);
 // RMSNorm over rows of n: x * rsqrt(mean(x²) + eps) * w, one bf16 rounding (model.py's RMSNorm with
 // a bf16 input). The mean is the sequential sum of squares divided by n.
 void rmsnorm(const Arith& a, std::span<double> x, int64_t n, std::span<const double> w, double eps);
+// ss[r] = Σ_i x[r, i]² over the rows of n (as many as ss holds), each sum in i order with one
+// rounding per op: RMSNorm's and hc_mixes' sums of squares.
+void row_sum_squares(const Arith& a, std::span<const double> x, int64_t n, std::span<double> ss);
 
 // ---- rotary embedding (docs/v41.md §8.4)
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "models/v41/forward_ops.hpp"
+#include "models/v41/lanes.hpp"
 
 namespace ced::v41::fwd {
 
@@ -57,11 +58,10 @@ HcMix hc_mixes(const Arith& a, std::span<const double> X, int64_t N, int64_t hc,
   out.post.resize(static_cast<size_t>(N * hc));
   out.comb.resize(static_cast<size_t>(N * hc * hc));
   const double e = a.c(norm_eps);
+  std::vector<double> ss(static_cast<size_t>(N));
+  row_sum_squares(a, X, K, ss);
   for (int64_t t = 0; t < N; ++t) {
-    const double* x = X.data() + t * K;
-    double ss = 0.0;
-    for (int64_t k = 0; k < K; ++k) ss = a.add(ss, a.mul(x[k], x[k]));
-    const double rs = a.rsqrt(a.add(a.div(ss, static_cast<double>(K)), e));
+    const double rs = a.rsqrt(a.add(a.div(ss[static_cast<size_t>(t)], static_cast<double>(K)), e));
     double* m = mixes.data() + t * nm;
     for (int64_t j = 0; j < nm; ++j) m[j] = a.mul(m[j], rs);
     hc_split_sinkhorn(a, m, hc, scale, base, iters, hc_eps, out.pre.data() + t * hc, out.post.data() + t * hc,
@@ -70,16 +70,88 @@ HcMix hc_mixes(const Arith& a, std::span<const double> X, int64_t N, int64_t hc,
   return out;
 }
 
+namespace {
+
+// hc_pre and hc_post a token at a time, a lane per channel d (lanes.hpp): each output's sum in
+// stream order with one rounding per op, as Arith's scalar loop; the channels past the last whole
+// vector take the same ops one at a time.
+
+// y[d] = bf16(Σ_i pre[i] · X[i, d]).
+template <typename T>
+[[gnu::always_inline]] inline void hc_pre_token(const double* X, const double* pre, int64_t hc, int64_t dim,
+                                                double* y) {
+  constexpr int64_t L = kLanes<T>;
+  int64_t d = 0;
+  for (; d + L <= dim; d += L) {
+    Vec<T> s = {}, x;
+    for (int64_t i = 0; i < hc; ++i) {
+      load_lanes<T>(x, X + i * dim + d);
+      s = s + static_cast<T>(pre[i]) * x;
+    }
+    bf_lanes<T>(s);
+    store_lanes<T>(y + d, s);
+  }
+  for (; d < dim; ++d) {
+    T s = 0;
+    for (int64_t i = 0; i < hc; ++i) s = s + static_cast<T>(pre[i]) * static_cast<T>(X[i * dim + d]);
+    y[d] = bf_of<T>(s);
+  }
+}
+
+// out[j, d] = bf16(post[j] · y[d] + Σ_i comb[i, j] · R[i, d]).
+template <typename T>
+[[gnu::always_inline]] inline void hc_post_token(const double* y, const double* R, const double* post,
+                                                 const double* comb, int64_t hc, int64_t dim, double* out) {
+  constexpr int64_t L = kLanes<T>;
+  for (int64_t j = 0; j < hc; ++j) {
+    const T pj = static_cast<T>(post[j]);
+    double* o = out + j * dim;
+    int64_t d = 0;
+    for (; d + L <= dim; d += L) {
+      Vec<T> s = {}, x;
+      for (int64_t i = 0; i < hc; ++i) {
+        load_lanes<T>(x, R + i * dim + d);
+        s = s + static_cast<T>(comb[i * hc + j]) * x;
+      }
+      load_lanes<T>(x, y + d);
+      x = pj * x + s;
+      bf_lanes<T>(x);
+      store_lanes<T>(o + d, x);
+    }
+    for (; d < dim; ++d) {
+      T s = 0;
+      for (int64_t i = 0; i < hc; ++i) s = s + static_cast<T>(comb[i * hc + j]) * static_cast<T>(R[i * dim + d]);
+      o[d] = bf_of<T>(pj * static_cast<T>(y[d]) + s);
+    }
+  }
+}
+
+// The kernels over N tokens, T float under the emulating regimes (_f32) and double under f64 (_f64).
+V41_KERNEL void hc_pre_f32(const double* X, const double* pre, int64_t N, int64_t hc, int64_t dim, double* y) {
+  for (int64_t t = 0; t < N; ++t) hc_pre_token<float>(X + t * hc * dim, pre + t * hc, hc, dim, y + t * dim);
+}
+V41_KERNEL void hc_pre_f64(const double* X, const double* pre, int64_t N, int64_t hc, int64_t dim, double* y) {
+  for (int64_t t = 0; t < N; ++t) hc_pre_token<double>(X + t * hc * dim, pre + t * hc, hc, dim, y + t * dim);
+}
+V41_KERNEL void hc_post_f32(const double* y, const double* R, const double* post, const double* comb, int64_t N,
+                            int64_t hc, int64_t dim, double* out) {
+  for (int64_t t = 0; t < N; ++t)
+    hc_post_token<float>(y + t * dim, R + t * hc * dim, post + t * hc, comb + t * hc * hc, hc, dim,
+                         out + t * hc * dim);
+}
+V41_KERNEL void hc_post_f64(const double* y, const double* R, const double* post, const double* comb, int64_t N,
+                            int64_t hc, int64_t dim, double* out) {
+  for (int64_t t = 0; t < N; ++t)
+    hc_post_token<double>(y + t * dim, R + t * hc * dim, post + t * hc, comb + t * hc * hc, hc, dim,
+                          out + t * hc * dim);
+}
+
+}  // namespace
+
 std::vector<double> hc_pre(const Arith& a, std::span<const double> X, std::span<const double> pre, int64_t N,
                            int64_t hc, int64_t dim) {
   std::vector<double> y(static_cast<size_t>(N * dim));
-  for (int64_t t = 0; t < N; ++t)
-    for (int64_t d = 0; d < dim; ++d) {
-      double s = 0.0;
-      for (int64_t i = 0; i < hc; ++i)
-        s = a.add(s, a.mul(pre[static_cast<size_t>(t * hc + i)], X[static_cast<size_t>((t * hc + i) * dim + d)]));
-      y[static_cast<size_t>(t * dim + d)] = a.bf(s);
-    }
+  (a.emulate ? hc_pre_f32 : hc_pre_f64)(X.data(), pre.data(), N, hc, dim, y.data());
   return y;
 }
 
@@ -87,16 +159,7 @@ std::vector<double> hc_post(const Arith& a, std::span<const double> y, std::span
                             std::span<const double> post, std::span<const double> comb, int64_t N, int64_t hc,
                             int64_t dim) {
   std::vector<double> out(static_cast<size_t>(N * hc * dim));
-  for (int64_t t = 0; t < N; ++t)
-    for (int64_t j = 0; j < hc; ++j)
-      for (int64_t d = 0; d < dim; ++d) {
-        double s = 0.0;
-        for (int64_t i = 0; i < hc; ++i)
-          s = a.add(s, a.mul(comb[static_cast<size_t>((t * hc + i) * hc + j)],
-                             R[static_cast<size_t>((t * hc + i) * dim + d)]));
-        const double p = a.mul(post[static_cast<size_t>(t * hc + j)], y[static_cast<size_t>(t * dim + d)]);
-        out[static_cast<size_t>((t * hc + j) * dim + d)] = a.bf(a.add(p, s));
-      }
+  (a.emulate ? hc_post_f32 : hc_post_f64)(y.data(), R.data(), post.data(), comb.data(), N, hc, dim, out.data());
   return out;
 }
 
