@@ -10,32 +10,13 @@
 #include "model/error.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/forward.hpp"
-#include "unit-tests/test_seed.hpp"
+#include "unit-tests/v41_test_model.hpp"
 
 using namespace ced;
 using namespace ced::v41;
+using namespace ced::v41::testing;
 
 namespace {
-
-uint64_t test_seed() {
-  static const uint64_t seed = test::replayable_seed("v41_ced_test", 41);
-  return seed;
-}
-
-const V41Checkpoint& tiny_checkpoint() {
-  static const V41Checkpoint ck = make_v41_random_checkpoint(v41_builtin_config("v41-tiny"), test_seed());
-  return ck;
-}
-
-std::vector<int64_t> prompt(int64_t n, int64_t vocab) {
-  std::vector<int64_t> t;
-  uint64_t x = test_seed() * 0x9E3779B97F4A7C15ull + 7;
-  for (int64_t i = 0; i < n; ++i) {
-    x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29;
-    t.push_back(static_cast<int64_t>(x % static_cast<uint64_t>(vocab)));
-  }
-  return t;
-}
 
 // The logits row of position p in a result whose rows start at first_row.
 std::vector<double> logits_at(const V41ForwardResult& r, int64_t p, int64_t V) {
@@ -62,7 +43,7 @@ TEST(V41Ced, ConventionsSpanOneRowPerFlooredLayerAndWindowOnTheReleaseSchedule) 
 TEST(V41Ced, ReplayingEveryRowIsThePrefillBitwise) {
   for (V41Regime r : {V41Regime::bf16, V41Regime::release}) {
     const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, r);
-    const auto tokens = prompt(37, m.config().vocab_size);
+    const auto tokens = prompt(37, m.config().vocab_size, 7);
     const V41EngramHashing h = v41_checkpoint_hashing(m.config());
     const V41ForwardResult full = m.forward(tokens, h);
     for (const auto& conv : v41_replay_conventions())
@@ -80,7 +61,7 @@ TEST(V41Ced, TheExactSpanMakesTheLastPositionBitwiseExactAndOneRowFewerDoesNot) 
   for (V41Regime r : {V41Regime::f64, V41Regime::release}) {
     const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, r);
     const int64_t N = 70, V = m.config().vocab_size;
-    const auto tokens = prompt(N, V);
+    const auto tokens = prompt(N, V, 7);
     const V41EngramHashing h = v41_checkpoint_hashing(m.config());
     const std::vector<double> exact = logits_at(m.forward(tokens, h), N - 1, V);
     for (const char* name : {"sglang", "vllm"}) {  // trtllm's data is sglang's
@@ -105,7 +86,7 @@ TEST(V41Ced, TheExactSpanMakesTheLastPositionBitwiseExactAndOneRowFewerDoesNot) 
 TEST(V41Ced, VllmKeepsLayerEExactWhereSglangFloorsItsWindow) {
   const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, V41Regime::bf16);
   const int64_t N = 50, W = m.config().window_size, E = m.plan().E, row = m.config().hc_mult * m.config().dim;
-  const auto tokens = prompt(N, m.config().vocab_size);
+  const auto tokens = prompt(N, m.config().vocab_size, 7);
   const V41EngramHashing h = v41_checkpoint_hashing(m.config());
   const V41ForwardResult full = m.forward(tokens, h);
   auto tail_of_E = [&](const V41ForwardResult& r) {
@@ -130,7 +111,7 @@ TEST(V41Ced, ReuseLayersAboveEReadTheTailsRowsOfItsSelection) {
   const V41Model m(ck.config, ck.weights, V41Regime::release);
   ASSERT_EQ(m.plan()[4].role, Role::Reuse);
   const int64_t N = 50, V = c.vocab_size;
-  const auto tokens = prompt(N, V);
+  const auto tokens = prompt(N, V, 7);
   const V41EngramHashing h = v41_checkpoint_hashing(c);
   const V41ReplayConvention& vllm = v41_replay_convention("vllm");
   const V41ForwardResult tail = m.forward_ced(tokens, h, v41_exact_span(m.plan(), vllm), vllm);
@@ -140,7 +121,7 @@ TEST(V41Ced, ReuseLayersAboveEReadTheTailsRowsOfItsSelection) {
 TEST(V41Ced, BoundedReplayOfAPromptWithinTheWindowIsThePrefill) {
   const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, V41Regime::release);
   const int64_t W = m.config().window_size;
-  const auto tokens = prompt(W, m.config().vocab_size);
+  const auto tokens = prompt(W, m.config().vocab_size, 7);
   const V41EngramHashing h = v41_checkpoint_hashing(m.config());
   EXPECT_EQ(m.forward_ced(tokens, h, W, v41_replay_convention("sglang")).logits, m.forward(tokens, h).logits);
 }

@@ -16,22 +16,13 @@
 #include "model/error.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/forward.hpp"
-#include "unit-tests/test_seed.hpp"
+#include "unit-tests/v41_test_model.hpp"
 
 using namespace ced;
 using namespace ced::v41;
+using namespace ced::v41::testing;
 
 namespace {
-
-uint64_t test_seed() {
-  static const uint64_t seed = test::replayable_seed("v41_decode_test", 41);
-  return seed;
-}
-
-const V41Checkpoint& tiny_checkpoint() {
-  static const V41Checkpoint ck = make_v41_random_checkpoint(v41_builtin_config("v41-tiny"), test_seed());
-  return ck;
-}
 
 // Lowest-index ties: ReLU'd index scores tie at exactly 0, and torch's CPU top-k places ties by an
 // algorithm that depends on the row's length, which is the prompt's in a prefill and the groups so far in
@@ -45,16 +36,6 @@ V41Model tiny(V41Regime r, V41DecodeIndexK k = V41DecodeIndexK::owner, V41Fault 
   m.set_options(o);
   m.set_fault(f);
   return m;
-}
-
-std::vector<int64_t> prompt(int64_t n, int64_t vocab, uint64_t salt) {
-  std::vector<int64_t> t;
-  uint64_t x = test_seed() * 0x9E3779B97F4A7C15ull + salt;
-  for (int64_t i = 0; i < n; ++i) {
-    x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29;
-    t.push_back(static_cast<int64_t>(x % static_cast<uint64_t>(vocab)));
-  }
-  return t;
 }
 
 // The prefill of the first P tokens, then one decode step per remaining token.

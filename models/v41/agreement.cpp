@@ -171,8 +171,9 @@ struct Gate {
   }
 };
 
-const std::vector<double>& official_input(const V41RunFile& f, const V41Plan& plan, int64_t l) {
-  const V41LayerCapture& c = f.result.layers[static_cast<size_t>(l)];
+// The streams entering layer l of an official result (the prefill's or a decode step's): before its Engram.
+const std::vector<double>& official_input(const V41ForwardResult& r, const V41Plan& plan, int64_t l) {
+  const V41LayerCapture& c = r.layers[static_cast<size_t>(l)];
   return plan[l].engram ? c.engram_in : c.in;
 }
 
@@ -190,11 +191,11 @@ void teacher_forced(Gate& g) {
     const LayerPlan& lp = m.plan()[l];
     const V41LayerCapture& o = off.result.layers[static_cast<size_t>(l)];
     if (lp.engram) g.lists(l, "hash_ids", m.engram_layer_hash_ids(ids, N, engram_index++), o.hash_ids, {}, 0);
-    if (official_input(off, m.plan(), l).empty() || o.pre_mix.empty())
+    if (official_input(off.result, m.plan(), l).empty() || o.pre_mix.empty())
       throw InputError(fmt::format("v41 gate: the run file has no input streams or pre_mix for layer {}", l));
     V41SharedAttention forced = shared;  // the state the layer starts from, for its attention alone
     V41LayerCache seed;                  // what the layer hands to decode steps, when the file has them
-    const V41LayerCapture ours = m.run_layer(l, official_input(off, m.plan(), l), o.pre_mix, N, o.hash_ids, shared,
+    const V41LayerCapture ours = m.run_layer(l, official_input(off.result, m.plan(), l), o.pre_mix, N, o.hash_ids, shared,
                                              off.decode ? &seed : nullptr);
     if (off.decode) {
       const V41LayerCache& os = off.decode->seed[static_cast<size_t>(l)];
@@ -223,7 +224,7 @@ void teacher_forced(Gate& g) {
     g.lists(l, "experts (forced x)", sm.experts, o.experts, {}, 0);
     g.values(l, "expert_weights (forced x)", sm.expert_weights, o.expert_weights);
     if (l + 1 < L) {
-      g.values(l, "out", ours.out, official_input(off, m.plan(), l + 1), c.dim);
+      g.values(l, "out", ours.out, official_input(off.result, m.plan(), l + 1), c.dim);
       g.values(l, "ffn_pre", ours.ffn_pre, off.result.layers[static_cast<size_t>(l + 1)].pre_mix);
     } else {
       V41ForwardResult h;
@@ -297,7 +298,7 @@ void decode_teacher_forced(Gate& g) {
     for (int64_t l = 0; l < L; ++l) {
       const LayerPlan& lp = m.plan()[l];
       const V41LayerCapture& o = os.layers[static_cast<size_t>(l)];
-      const std::vector<double>& input = lp.engram ? o.engram_in : o.in;
+      const std::vector<double>& input = official_input(os, m.plan(), l);
       if (input.empty() || o.pre_mix.empty() || o.attn_x.empty() || o.ffn_x.empty())
         throw InputError(fmt::format("v41 gate: decode step {} has no inputs for layer {}", s, l));
       if (lp.engram) g.lists(l, "decode hash_ids", m.engram_layer_hash_ids(ids, 1, engram_index++), o.hash_ids, {}, 0, 1);
@@ -314,10 +315,8 @@ void decode_teacher_forced(Gate& g) {
       g.lists(l, "decode experts (forced x)", sm.experts, o.experts, {}, 0, 1);
       const V41LayerCapture ours = m.decode_layer(l, input, o.pre_mix, o.hash_ids, st);
       if (l + 1 < L) {
-        const LayerPlan& next = m.plan()[l + 1];
-        const V41LayerCapture& on = os.layers[static_cast<size_t>(l + 1)];
-        g.values(l, "decode out", ours.out, next.engram ? on.engram_in : on.in, c.dim);
-        g.values(l, "decode ffn_pre", ours.ffn_pre, on.pre_mix);
+        g.values(l, "decode out", ours.out, official_input(os, m.plan(), l + 1), c.dim);
+        g.values(l, "decode ffn_pre", ours.ffn_pre, os.layers[static_cast<size_t>(l + 1)].pre_mix);
       } else {
         V41ForwardResult h;
         m.head(ours.out, ours.ffn_pre, 1, h);

@@ -294,11 +294,17 @@ std::vector<int64_t> V41Model::engram_layer_hash_ids(std::span<const int64_t> id
 
 V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
                                    V41DecodeState* state) const {
-  const int64_t N = static_cast<int64_t>(tokens.size());
+  return run_stack(tokens, hashing, 0, false, state);
+}
+
+V41ForwardResult V41Model::run_stack(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t S,
+                                     bool floor_E, V41DecodeState* state) const {
+  const int64_t N = static_cast<int64_t>(tokens.size()), E = plan_.E, R = N - S;
   if (N == 0) throw InputError("v41 forward: an empty prompt");
   const std::vector<int64_t> hashes = engram_hash_ids(tokens, hashing);
   V41ForwardResult out;
   out.N = N;
+  out.first_row = S;
   std::vector<double> h = embed(tokens), pre = initial_pre_mix(N);
   V41SharedAttention shared;
   if (state) {
@@ -307,18 +313,36 @@ V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41Eng
     state->tokens.assign(tokens.begin(), tokens.end());
     state->layers.resize(plan_.layers.size());
   }
+  const int64_t hc = config_.hc_mult, D = config_.dim;
   int64_t engram_index = 0;
   for (const LayerPlan& lp : plan_.layers) {
     std::vector<int64_t> ids;
     if (lp.engram) ids = engram_layer_hash_ids(hashes, N, engram_index++);
-    V41LayerCapture cap =
-        run_layer(lp.layer, h, pre, N, ids, shared, state ? &state->layers[static_cast<size_t>(lp.layer)] : nullptr);
-    h = captures_ ? cap.out : std::move(cap.out);
-    pre = cap.ffn_pre;
+    V41LayerCache* cache = state ? &state->layers[static_cast<size_t>(lp.layer)] : nullptr;
+    V41LayerCapture cap;
+    if (S > 0 && lp.layer == E) {
+      // Every row, for the sources (and, unfloored, the window keys); the rows before the tail are dropped
+      // after it, and what it published is cut to the tail: its selection re-offset by the tail's rows.
+      cap = run_rows(lp.layer, h, pre, N, ids, shared, cache, 0, floor_E ? S : 0);
+      h.assign(cap.out.begin() + S * hc * D, cap.out.end());
+      pre.assign(cap.ffn_pre.begin() + S * hc, cap.ffn_pre.end());
+      const int64_t k = shared.topk, T = shared.candidates.empty() ? 0 : static_cast<int64_t>(shared.candidates.size()) / N;
+      std::vector<int32_t> sel(shared.topk_idxs.begin() + S * k, shared.topk_idxs.end());
+      for (int32_t& i : sel)
+        if (i >= 0) i -= static_cast<int32_t>(S);
+      shared.topk_idxs = std::move(sel);
+      if (T > 0) shared.candidates.erase(shared.candidates.begin(), shared.candidates.begin() + S * T);
+    } else {
+      // Below E every row; above it (a replay) the tail's rows, floored at its first.
+      const bool tail = S > 0 && lp.layer > E;
+      cap = run_rows(lp.layer, h, pre, tail ? R : N, ids, shared, cache, tail ? S : 0, tail ? S : 0);
+      h = captures_ ? cap.out : std::move(cap.out);
+      pre = cap.ffn_pre;
+    }
     out.layers.push_back(std::move(cap));
   }
   if (state) seed_decode_pointers(*state);
-  head(h, pre, N, out);
+  head(h, pre, R, out);
   return out;
 }
 
@@ -355,47 +379,9 @@ int64_t v41_exact_span(const V41Plan& p, const V41ReplayConvention& c) {
 
 V41ForwardResult V41Model::forward_ced(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
                                        int64_t replay, const V41ReplayConvention& convention) const {
-  const int64_t N = static_cast<int64_t>(tokens.size()), E = plan_.E;
-  if (N == 0) throw InputError("v41 forward: an empty prompt");
   if (replay < 1) throw InputError(fmt::format("v41 ced: the replay must keep at least one row (got {})", replay));
-  const int64_t S = std::max<int64_t>(0, N - replay), R = N - S;
-  const std::vector<int64_t> hashes = engram_hash_ids(tokens, hashing);
-  V41ForwardResult out;
-  out.N = N;
-  out.first_row = S;
-  std::vector<double> h = embed(tokens), pre = initial_pre_mix(N);
-  V41SharedAttention shared;
-  const int64_t hc = config_.hc_mult, D = config_.dim;
-  int64_t engram_index = 0;
-  for (const LayerPlan& lp : plan_.layers) {
-    std::vector<int64_t> ids;
-    if (lp.engram) ids = engram_layer_hash_ids(hashes, N, engram_index++);
-    V41LayerCapture cap;
-    if (lp.layer < E) {
-      cap = run_layer(lp.layer, h, pre, N, ids, shared);
-      h = cap.out;
-      pre = cap.ffn_pre;
-    } else if (lp.layer == E) {
-      // Every row, for the sources (and, unfloored, the window keys); the rows before the tail are dropped
-      // after it, and what it published is cut to the tail: its selection re-offset by the tail's rows.
-      cap = run_rows(lp.layer, h, pre, N, ids, shared, nullptr, 0, convention.floor_first_layer ? S : 0);
-      h.assign(cap.out.begin() + S * hc * D, cap.out.end());
-      pre.assign(cap.ffn_pre.begin() + S * hc, cap.ffn_pre.end());
-      const int64_t k = shared.topk, T = shared.candidates.empty() ? 0 : static_cast<int64_t>(shared.candidates.size()) / N;
-      std::vector<int32_t> sel(shared.topk_idxs.begin() + S * k, shared.topk_idxs.end());
-      for (int32_t& i : sel)
-        if (i >= 0) i -= static_cast<int32_t>(S);
-      shared.topk_idxs = std::move(sel);
-      if (T > 0) shared.candidates.erase(shared.candidates.begin(), shared.candidates.begin() + S * T);
-    } else {
-      cap = run_rows(lp.layer, h, pre, R, ids, shared, nullptr, S, S);
-      h = cap.out;
-      pre = cap.ffn_pre;
-    }
-    out.layers.push_back(std::move(cap));
-  }
-  head(h, pre, R, out);
-  return out;
+  const int64_t N = static_cast<int64_t>(tokens.size());
+  return run_stack(tokens, hashing, std::max<int64_t>(0, N - replay), convention.floor_first_layer, nullptr);
 }
 
 void V41Model::seed_decode_pointers(V41DecodeState& state) const {

@@ -246,6 +246,11 @@ class V41Model {
   void head_collapsed(std::span<const double> collapsed, int64_t N, V41ForwardResult& out) const;
 
  private:
+  // The prefill (S = 0) or a CED replay of the rows from S on (docs/v41.md §13): the layers below E on
+  // every row, E on every row and then cut to the tail (floor_E: its window floored at S), those above on
+  // the tail; with a state, the decode buffers seeded (a prefill).
+  V41ForwardResult run_stack(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t S,
+                             bool floor_E, V41DecodeState* state) const;
   // run_layer on rows at positions first .. first + N - 1 with the window floored at `floor`.
   V41LayerCapture run_rows(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix, int64_t N,
                            std::span<const int64_t> hash_ids, V41SharedAttention& shared, V41LayerCache* cache,
