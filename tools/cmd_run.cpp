@@ -46,6 +46,7 @@ Runner add_run(CLI::App& app) {
     std::string fault = "none", cache_out, cache_in;
     std::string checkpoint, regime = "release", token_file, topk_ties = "torch", index_scores = "bf16";
     std::string decode_index_k = "official", convention = "sglang";
+    int64_t speculative = 0;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("run", "run one prefill (and decode) on one backend and write it as HDF5");
@@ -57,8 +58,11 @@ Runner add_run(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--index-scores", o->index_scores, "v41: bf16 | fp32 (the index score's roundings, docs/v41.md §8.7)")
       ->capture_default_str();
-  sub->add_option("--convention", o->convention, "v41, ced: sglang | trtllm | vllm (the replay's cut, docs/v41.md §13)")
+  sub->add_option("--convention", o->convention,
+                  "v41, ced: sglang | trtllm | vllm | atom | ascend (the replay's cut, docs/v41.md §13.1)")
       ->capture_default_str();
+  sub->add_option("--speculative", o->speculative, "v41, ced: speculative tokens a bounded tail holds (atom's W + k)")
+      ->transform(integer_in(0, kMaxLength));
   sub->add_option("--decode-index-k", o->decode_index_k,
                   "v41: official | owner (the index keys of a decode step, docs/v41.md §8.8)")
       ->capture_default_str();
@@ -113,8 +117,10 @@ Runner add_run(CLI::App& app) {
               r.mode = o->mode;
               if (!o->replay.empty()) r.replay = o->replay;
               r.convention = o->convention;
-              if (r.mode == "full" && (sub->count("--replay") > 0 || sub->count("--convention") > 0))
-                throw InputError("--replay and --convention: a ced run's (give --mode ced)");
+              r.speculative = o->speculative;
+              if (r.mode == "full" &&
+                  (sub->count("--replay") > 0 || sub->count("--convention") > 0 || sub->count("--speculative") > 0))
+                throw InputError("--replay, --convention and --speculative: a ced run's (give --mode ced)");
               if (sub->count("--backend") > 0) r.backend = o->backend;
               r.tokens = o->tokens;
               r.token_file = o->token_file;
@@ -122,7 +128,7 @@ Runner add_run(CLI::App& app) {
               return run_v41(r);
             }
             refuse_given(sub, {"--checkpoint", "--regime", "--token-file", "--topk-ties", "--index-scores", "--decode-index-k",
-                               "--convention"},
+                               "--convention", "--speculative"},
                          fmt::format("an option of the v41 family; config {} is a lab config", o->model.config));
             if (sub->count("--tokens") == 0) throw InputError("--tokens is required");
             if (o->out.empty()) throw InputError("--out is required");

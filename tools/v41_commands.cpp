@@ -142,23 +142,25 @@ int run_v41(const V41RunOptions& o) {
   const double cpu0 = process_cpu_seconds();
   v41::V41DecodeState state;
   const bool ced = o.mode == "ced";
-  if (ced && (o.decode > 0 || !o.out.empty()))
-    throw InputError("--mode ced: its decode steps and run file are not built yet on the v41 family (print only)");
+  if (ced && !o.out.empty())
+    throw InputError("--mode ced: its run file is not built yet on the v41 family (print only)");
   const v41::V41ReplayConvention& convention = v41::v41_replay_convention(o.convention);
   const int64_t span = v41::v41_exact_span(model->plan(), convention);
   int64_t replay = N;
   if (ced) {
     const ReplayPolicy p = ReplayPolicy::parse(o.replay);
-    replay = p.kind == ReplayPolicy::Kind::Bounded ? c.window_size
+    replay = p.kind == ReplayPolicy::Kind::Bounded ? v41::v41_bounded_tail(model->plan(), convention, o.speculative)
              : p.kind == ReplayPolicy::Kind::Exact ? span
              : p.kind == ReplayPolicy::Kind::Count ? p.count
                                                     : N;
-    std::printf("ced: convention %s (%s), replay %s = %lld of %lld rows (exact span %lld)\n", convention.name,
-                convention.floor_first_layer ? "layer E floored" : "layer E whole", o.replay.c_str(),
+    std::printf("ced: convention %s (tail from layer %s, %s), replay %s = %lld of %lld rows (exact span %lld)\n",
+                convention.name, convention.all_layers ? "0" : "E",
+                convention.floor_first_layer ? "its window floored" : "its window whole", o.replay.c_str(),
                 (long long)std::min(replay, N), (long long)N, (long long)span);
   }
-  v41::V41ForwardResult r = ced ? model->forward_ced(tokens, hashing, replay, convention)
-                                : model->forward(tokens, hashing, o.decode > 0 ? &state : nullptr);
+  v41::V41DecodeState* seeded = o.decode > 0 ? &state : nullptr;
+  v41::V41ForwardResult r = ced ? model->forward_ced(tokens, hashing, replay, convention, seeded)
+                                : model->forward(tokens, hashing, seeded);
   const double forward_s = forward_clock.seconds(), cpu = process_cpu_seconds() - cpu0;
   const size_t V = static_cast<size_t>(c.vocab_size), rows = r.logits.size() / V;
   size_t arg = 0;

@@ -31,6 +31,7 @@ struct V41RunOptions {
   std::string mode = "full";          // full | ced (docs/v41.md §13)
   std::string replay = "bounded";     // ced: bounded (W) | exact (the convention's span) | full | K
   std::string convention = "sglang";  // ced: v41_replay_conventions()
+  int64_t speculative = 0;            // ced: speculative tokens in a bounded tail (conventions that hold them)
   std::string backend = "v41-reference";
   int64_t tokens = 0;      // N seeded prompt tokens, or 0 with token_file
   std::string token_file;  // whitespace-separated token ids

@@ -4,6 +4,7 @@
 // does not; vLLM's convention keeps layer E exact where SGLang's floors it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -34,10 +35,20 @@ TEST(V41Ced, ConventionsSpanOneRowPerFlooredLayerAndWindowOnTheReleaseSchedule) 
   EXPECT_EQ(v41_exact_span(ced, v41_replay_convention("sglang")), 2541);
   EXPECT_EQ(v41_exact_span(ced, v41_replay_convention("trtllm")), 2541);
   EXPECT_EQ(v41_exact_span(ced, v41_replay_convention("vllm")), 2414);
+  EXPECT_EQ(v41_exact_span(ced, v41_replay_convention("atom")), 2414);
+  // The all-layers tail floors all 40: 1 + 40 · 127.
+  EXPECT_EQ(v41_exact_span(ced, v41_replay_convention("ascend")), 5081);
+  // The next decode step reads W - 1 keys of its own window per floored layer: F (W - 1).
+  EXPECT_EQ(v41_exact_decode_span(ced, v41_replay_convention("sglang")), 2540);
+  EXPECT_EQ(v41_exact_decode_span(ced, v41_replay_convention("vllm")), 2413);
+  // ATOM's tail holds the speculative tokens too; the others' stays W.
+  EXPECT_EQ(v41_bounded_tail(ced, v41_replay_convention("atom"), 3), 131);
+  EXPECT_EQ(v41_bounded_tail(ced, v41_replay_convention("vllm"), 3), 128);
   const V41Plan tiny = make_v41_plan(v41_builtin_config("v41-tiny"));
   EXPECT_EQ(v41_exact_span(tiny, v41_replay_convention("sglang")), 1 + 3 * 15);
   EXPECT_EQ(v41_exact_span(tiny, v41_replay_convention("vllm")), 1 + 2 * 15);
-  EXPECT_THROW(v41_replay_convention("ascend"), InputError);
+  EXPECT_EQ(v41_exact_span(tiny, v41_replay_convention("ascend")), 1 + 6 * 15);
+  EXPECT_THROW(v41_replay_convention("chiro"), InputError);
 }
 
 TEST(V41Ced, ReplayingEveryRowIsThePrefillBitwise) {
@@ -57,30 +68,46 @@ TEST(V41Ced, ReplayingEveryRowIsThePrefillBitwise) {
   }
 }
 
-TEST(V41Ced, TheExactSpanMakesTheLastPositionBitwiseExactAndOneRowFewerDoesNot) {
+bool all_finite(const std::vector<double>& v) {
+  return std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+}
+
+TEST(V41Ced, TheExactSpanMakesTheLastPositionBitwiseExactAndOneRowFewerLeavesItsConeShort) {
   for (V41Regime r : {V41Regime::f64, V41Regime::release}) {
-    const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, r);
-    const int64_t N = 70, V = m.config().vocab_size;
+    V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, r);
+    const int64_t N = 100, V = m.config().vocab_size;
     const auto tokens = prompt(N, V, 7);
     const V41EngramHashing h = v41_checkpoint_hashing(m.config());
     const std::vector<double> exact = logits_at(m.forward(tokens, h), N - 1, V);
-    for (const char* name : {"sglang", "vllm"}) {  // trtllm's data is sglang's
+    for (const char* name : {"sglang", "vllm", "ascend"}) {  // trtllm's data is sglang's, atom's vllm's
       const V41ReplayConvention& conv = v41_replay_convention(name);
       const int64_t span = v41_exact_span(m.plan(), conv);
+      m.set_floor_probe(false);
       const V41ForwardResult at = m.forward_ced(tokens, h, span, conv);
       EXPECT_EQ(at.first_row, N - span);
       EXPECT_EQ(logits_at(at, N - 1, V), exact) << conv.name << " " << v41_regime_name(r) << " R = span " << span;
-      if (r != V41Regime::f64) continue;  // below the span the difference is real: shown in exact arithmetic
-      const std::vector<double> short_by_one = logits_at(m.forward_ced(tokens, h, span - 1, conv), N - 1, V);
-      double gap = 0, scale = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        gap = std::max(gap, std::fabs(short_by_one[v] - exact[v]));
-        scale = std::max(scale, std::fabs(exact[v]));
-      }
-      // f64 rounding alone would be ~1e-15 of the scale; a window key missing from the cone is far above it.
-      EXPECT_GT(gap, 1e-9 * scale) << conv.name << " R = span - 1";
+      // One row fewer is not always a different number (the window keys' FP8 rounding absorbs the cone's
+      // far end), so the claim is the dependency: with the floored keys read as NaN, the span's last
+      // logits stay finite and one row fewer's do not.
+      m.set_floor_probe(true);
+      EXPECT_TRUE(all_finite(logits_at(m.forward_ced(tokens, h, span, conv), N - 1, V))) << conv.name << " probe at span";
+      EXPECT_FALSE(all_finite(logits_at(m.forward_ced(tokens, h, span - 1, conv), N - 1, V)))
+          << conv.name << " probe at span - 1";
     }
   }
+}
+
+TEST(V41Ced, TheFloorProbeChangesNothingWhereNothingIsFloored) {
+  V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, V41Regime::release);
+  const auto tokens = prompt(60, m.config().vocab_size, 7);
+  const V41EngramHashing h = v41_checkpoint_hashing(m.config());
+  const std::vector<double> plain = m.forward_ced(tokens, h, 60, v41_replay_convention("sglang")).logits;
+  m.set_floor_probe(true);
+  EXPECT_EQ(m.forward_ced(tokens, h, 60, v41_replay_convention("sglang")).logits, plain);
+  EXPECT_EQ(m.forward(tokens, h).logits, plain);
+  // A bounded replay: the tail's first rows read floored keys, the last (its cone inside the tail) none.
+  const V41ForwardResult b = m.forward_ced(tokens, h, 20, v41_replay_convention("sglang"));
+  EXPECT_FALSE(all_finite(logits_at(b, 40, m.config().vocab_size)));
 }
 
 TEST(V41Ced, VllmKeepsLayerEExactWhereSglangFloorsItsWindow) {
@@ -124,4 +151,59 @@ TEST(V41Ced, BoundedReplayOfAPromptWithinTheWindowIsThePrefill) {
   const auto tokens = prompt(W, m.config().vocab_size, 7);
   const V41EngramHashing h = v41_checkpoint_hashing(m.config());
   EXPECT_EQ(m.forward_ced(tokens, h, W, v41_replay_convention("sglang")).logits, m.forward(tokens, h).logits);
+}
+
+TEST(V41Ced, TheSourceOnlyWriteIsBitwiseWhatThePrefillLeavesInEachKvSourcesCache) {
+  for (V41Regime r : {V41Regime::bf16, V41Regime::release}) {
+    const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, r);
+    const int64_t N = 41;  // odd: a ratio-2 source keeps a pending token in its group state
+    const auto tokens = prompt(N, m.config().vocab_size, 7);
+    V41DecodeState state;
+    const V41ForwardResult full = m.forward(tokens, v41_checkpoint_hashing(m.config()), &state);
+    int64_t checked = 0;
+    for (const LayerPlan& lp : m.plan().layers) {
+      if (!lp.owns_compressor || lp.engram) continue;
+      const V41LayerCapture& cap = full.layers[static_cast<size_t>(lp.layer)];
+      const V41LayerCache w = m.source_write(lp.layer, cap.in, cap.pre_mix, N);
+      const V41LayerCache& want = state.layers[static_cast<size_t>(lp.layer)];
+      EXPECT_EQ(w.compress_kv, want.compress_kv) << lp.layer;
+      EXPECT_EQ(w.index_k, want.index_k) << lp.layer;
+      EXPECT_EQ(w.kv_state, want.kv_state) << lp.layer;
+      EXPECT_EQ(w.score_state, want.score_state) << lp.layer;
+      EXPECT_FALSE(w.compress_kv.empty()) << lp.layer;
+      ++checked;
+    }
+    EXPECT_GE(checked, 2);  // layer E and an encoder source at least
+  }
+  EXPECT_THROW(V41Model(tiny_checkpoint().config, tiny_checkpoint().weights, V41Regime::bf16)
+                   .source_write(0, std::vector<double>(3), std::vector<double>(1), 1),
+               InputError);
+}
+
+TEST(V41Ced, ADecodeStepAfterACedPrefillOfItsDecodeSpanIsTheStepAfterThePrefill) {
+  V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, V41Regime::f64);
+  const int64_t N = 100, V = m.config().vocab_size;
+  const auto tokens = prompt(N + 1, V, 9);
+  const std::vector<int64_t> prompt_tokens(tokens.begin(), tokens.end() - 1);
+  const V41EngramHashing h = v41_checkpoint_hashing(m.config());
+  V41DecodeState exact_state;
+  m.forward(prompt_tokens, h, &exact_state);
+  const std::vector<double> exact = m.decode_step(tokens.back(), h, exact_state).logits;
+  for (const char* name : {"sglang", "vllm", "ascend"}) {
+    const V41ReplayConvention& conv = v41_replay_convention(name);
+    const int64_t span = v41_exact_decode_span(m.plan(), conv);
+    auto step_after = [&](int64_t replay) {
+      V41DecodeState s;
+      m.forward_ced(prompt_tokens, h, replay, conv, &s);
+      EXPECT_EQ(s.pos, N);
+      EXPECT_EQ(s.tokens, prompt_tokens);
+      return m.decode_step(tokens.back(), h, s).logits;
+    };
+    EXPECT_EQ(step_after(N), exact) << name << ": every row replayed";
+    EXPECT_EQ(step_after(span), exact) << name << ": the decode span " << span;
+    m.set_floor_probe(true);  // one row fewer leaves a key of the step's cone out: NaN under the probe
+    EXPECT_TRUE(all_finite(step_after(span))) << name << ": probe at the decode span";
+    EXPECT_FALSE(all_finite(step_after(span - 1))) << name << ": probe one row short of the decode span";
+    m.set_floor_probe(false);
+  }
 }

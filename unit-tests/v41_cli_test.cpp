@@ -163,6 +163,11 @@ TEST(V41Cli, ACedRunAtTheExactSpanGivesTheFullRunsLastPositionAndABoundedOneDoes
   const std::string key = "last position logits digest ";
   EXPECT_EQ(after(exact.out, key), after(full.out, key));
   EXPECT_NE(after(bounded.out, key), after(full.out, key));
+  // ATOM's bounded tail holds the speculative tokens; a decode step follows a ced prefill.
+  const test::Result atom = ced(base + " --mode ced --replay bounded --convention atom --speculative 3 --decode 2");
+  ASSERT_EQ(atom.code, 0) << atom.err;
+  EXPECT_NE(atom.out.find("replay bounded = 19 of 60 rows"), std::string::npos) << atom.out;
+  EXPECT_NE(atom.out.find("decode 2 steps"), std::string::npos) << atom.out;
 }
 
 TEST(V41Cli, TheRunFileReaderRefusesAnotherFormatAndAShapeThatIsNotTheConfigs) {
@@ -247,7 +252,8 @@ TEST(V41Cli, BadInputIsOneLineAndExit2) {
   expect_refused("run --checkpoint " + d, "--tokens or --token-file");
   expect_refused("run --config v41-tiny --tokens 3 --mode resume", "--mode resume: not yet on the v41 family");
   expect_refused("run --config v41-tiny --tokens 3 --replay exact", "give --mode ced");
-  expect_refused("run --config v41-tiny --tokens 3 --mode ced --convention ascend", "replay convention 'ascend'");
+  expect_refused("run --config v41-tiny --tokens 3 --mode ced --convention chiro", "replay convention 'chiro'");
+  expect_refused("run --config v41-tiny --tokens 3 --speculative 2", "give --mode ced");
   expect_refused("run --config v41-tiny --tokens 3 --regime fp16", "v41 regime 'fp16'");
   expect_refused("run --config v41-tiny --tokens 3 --decode 2 --decode-index-k mine", "v41 decode index keys 'mine'");
   std::ofstream(scratch() / "two-ids.txt") << "1 2";

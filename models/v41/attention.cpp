@@ -45,6 +45,25 @@ Vec compressor(const LayerCtx& L, std::span<const double> x) {
   return latent;
 }
 
+// The index keys of every complete group: wk(latent), k_norm, RoPE at the group's first token (group j
+// at position j·r), FP4 per 32.
+Vec index_keys(const LayerCtx& L, const Vec& latent, int64_t T) {
+  const int64_t r = L.lp.ratio, ID = L.c.index_head_dim;
+  Vec k = lin(L, latent, T, L.w.indexer_wk, true);
+  rmsnorm(L.a, k, ID, L.w.indexer_k_norm, L.c.norm_eps);
+  rope_rows(L, k, T, 1, ID, [r](int64_t j) { return j * r; }, false);
+  qdq_fp4_32(L.a, k, ID);
+  return k;
+}
+
+// The compressed KV from the latent: RoPE at the group's first token, then FP4 per 16 with e4m3 scales.
+void finish_compressed(const LayerCtx& L, Vec& latent, int64_t T) {
+  const int64_t r = L.lp.ratio;
+  if (L.fault != V41Fault::unrotated_compressed_keys)
+    rope_rows(L, latent, T, 1, L.c.head_dim, [r](int64_t j) { return j * r; }, false);
+  qdq_fp4_e4m3_16(L.a, latent, L.c.head_dim);
+}
+
 // The indexer of an index source (model.py Indexer.forward, start_pos 0, offset N): publishes the
 // index keys (when it owns them) and the candidate pool (the candidate source); returns the
 // selection [N, topk], offset by N, -1 for none.
@@ -54,11 +73,12 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
   const int64_t N = L.N, r = L.lp.ratio, IH = c.index_n_heads, ID = c.index_head_dim, P0 = L.first;
   const int64_t T = (P0 + N) / r;  // every group of the prompt (a replayed tail reads them all)
   const double ninf = -std::numeric_limits<double>::infinity();
-  if (L.lp.owns_index_k && !latent.empty()) {
-    Vec k = lin(L, latent, T, L.w.indexer_wk, true);
-    rmsnorm(L.a, k, ID, L.w.indexer_k_norm, c.norm_eps);
-    rope_rows(L, k, T, 1, ID, [r](int64_t j) { return j * r; }, false);  // group j at position j·r
-    qdq_fp4_32(L.a, k, ID);
+  if (L.lp.owns_index_k && L.sources) {  // the prefill side's keys, read-only
+    shared.index_k = L.sources->index_k;
+    if (L.cache) L.cache->index_k = L.sources->index_k;
+    cap.index_k = L.sources->index_k;
+  } else if (L.lp.owns_index_k && !latent.empty()) {
+    Vec k = index_keys(L, latent, T);
     if (L.cache) L.cache->index_k = k;
     shared.index_k = k;
     cap.index_k = k;
@@ -158,8 +178,9 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
   const V41Config& c = L.c;
   const int64_t N = L.N, H = c.n_heads, hd = c.head_dim, r = L.lp.ratio, P0 = L.first;
   auto at_t = [P0](int64_t t) { return P0 + t; };
-  if (P0 > 0 && L.lp.owns_compressor)
-    throw InputError(fmt::format("v41 layer {}: a kv source runs on every row, not on a replayed tail", L.lp.layer));
+  if (P0 > 0 && L.lp.owns_compressor && !L.sources)
+    throw InputError(fmt::format("v41 layer {}: a kv source on a replayed tail needs the prefill side's sources",
+                                 L.lp.layer));
 
   Vec qr = lin(L, x, N, L.w.wq_a, true);
   rmsnorm(L.a, qr, c.q_lora_rank, L.w.q_norm, c.norm_eps);
@@ -172,22 +193,34 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
   rmsnorm(L.a, kv, hd, L.w.kv_norm, c.norm_eps);
   rope_rows(L, kv, N, 1, hd, at_t, false);
   qdq_fp8_32(L.a, kv, hd);
-  if (L.cache) {  // the ring after the prompt: position t at slot t % W
+  if (L.cache) {  // the ring after the prompt: position p at slot p % W (a tail's rows at their positions)
     const int64_t W = c.window_size;
     L.cache->window.assign(static_cast<size_t>(W * hd), 0.0);
     for (int64_t t = std::max<int64_t>(0, N - W); t < N; ++t)
-      std::copy_n(kv.begin() + t * hd, hd, L.cache->window.begin() + (t % W) * hd);
+      std::copy_n(kv.begin() + t * hd, hd, L.cache->window.begin() + ((P0 + t) % W) * hd);
   }
-  std::vector<int32_t> win = window_topk_idxs(N, c.window_size);
+  const bool probe = L.floor_probe && (P0 > 0 || L.window_floor > 0);
+  std::vector<int32_t> win = probe ? probe_window_idxs(N, c.window_size, P0, L.window_floor)
+                                   : window_topk_idxs(N, c.window_size);
   for (int32_t& i : win)  // a floored window: the keys below the replay's first row are not there
     if (i >= 0 && P0 + i < L.window_floor) i = -1;
-  int64_t kw = std::min(N, c.window_size), kc = 0;
+  int64_t kw = probe ? c.window_size : std::min(N, c.window_size), kc = 0;
   std::vector<int32_t> comp;
 
   if (r > 0) {
     const int64_t T = (P0 + N) / r;
     Vec latent;
-    if (L.lp.owns_compressor) {
+    if (L.lp.owns_compressor && L.sources) {  // the prefill side's compressed KV and group state
+      shared.ratio = r;
+      shared.compress_kv = L.sources->compress_kv;
+      shared.compress_rows = T;
+      cap.compress_kv = L.sources->compress_kv;
+      if (L.cache) {
+        L.cache->compress_kv = L.sources->compress_kv;
+        L.cache->kv_state = L.sources->kv_state;
+        L.cache->score_state = L.sources->score_state;
+      }
+    } else if (L.lp.owns_compressor) {
       latent = compressor(L, x);
       shared.ratio = r;
       if (L.capture) cap.latent = latent;
@@ -203,10 +236,8 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
       cap.topk = shared.topk;
       cap.topk_idxs = shared.topk_idxs;
     }
-    if (!latent.empty()) {  // RoPE at the group's first token, then FP4 per 16 with e4m3 scales
-      if (L.fault != V41Fault::unrotated_compressed_keys)
-        rope_rows(L, latent, T, 1, hd, [r](int64_t j) { return j * r; }, false);
-      qdq_fp4_e4m3_16(L.a, latent, hd);
+    if (!latent.empty()) {
+      finish_compressed(L, latent, T);
       if (L.cache) L.cache->compress_kv = latent;
       shared.compress_kv = latent;
       shared.compress_rows = T;
@@ -223,6 +254,12 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
     std::copy_n(win.begin() + t * kw, kw, idx.begin() + t * k);
     std::copy_n(comp.begin() + t * kc, kc, idx.begin() + t * k + kw);
   }
+  if (probe) {  // the keys the floor left out: one NaN row after the others
+    const int32_t nan_row = static_cast<int32_t>(kv.size() / static_cast<size_t>(hd));
+    kv.insert(kv.end(), static_cast<size_t>(hd), std::numeric_limits<double>::quiet_NaN());
+    for (int32_t& i : idx)
+      if (i == kProbeKey) i = nan_row;
+  }
   Vec o(static_cast<size_t>(N * H * hd));
   sparse_attn(L.a, q, N, H, hd, kv, L.w.attn_sink, idx, k, std::pow(static_cast<double>(hd), -0.5), o);
   if (L.capture) {
@@ -234,6 +271,18 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
   rope_rows(L, o, N, H, hd, at_t, true);
 
   return grouped_output(L, o, N);
+}
+
+void write_sources(const LayerCtx& L, std::span<const double> x) {
+  V41LayerCache& out = *L.cache;
+  Vec latent = compressor(L, x);  // seeds the group state of a ratio > 1
+  out.compress_kv.clear();
+  out.index_k.clear();
+  if (latent.empty()) return;
+  const int64_t T = L.N / L.lp.ratio;
+  if (L.lp.owns_index_k) out.index_k = index_keys(L, latent, T);
+  finish_compressed(L, latent, T);
+  out.compress_kv = std::move(latent);
 }
 
 std::vector<double> grouped_output(const LayerCtx& L, std::span<const double> o, int64_t N) {

@@ -24,6 +24,17 @@ std::vector<int32_t> window_topk_idxs(int64_t N, int64_t W) {
   return idx;
 }
 
+std::vector<int32_t> probe_window_idxs(int64_t N, int64_t W, int64_t first, int64_t floor) {
+  const int64_t lo = std::max(first, floor);
+  std::vector<int32_t> idx(static_cast<size_t>(N * W));
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < W; ++j) {
+      const int64_t q = first + i - W + 1 + j;
+      idx[static_cast<size_t>(i * W + j)] = q < 0 ? -1 : q < lo ? kProbeKey : static_cast<int32_t>(q - first);
+    }
+  return idx;
+}
+
 namespace {
 
 // sparse_attn's kernels (lanes.hpp): the scores of a block's keys with a lane per head, and P·V with

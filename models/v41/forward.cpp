@@ -225,7 +225,8 @@ V41LayerCapture V41Model::run_layer(int64_t layer, std::span<const double> strea
 
 V41LayerCapture V41Model::run_rows(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
                                    int64_t N, std::span<const int64_t> hash_ids, V41SharedAttention& shared,
-                                   V41LayerCache* cache, int64_t first, int64_t floor) const {
+                                   V41LayerCache* cache, int64_t first, int64_t floor,
+                                   const V41LayerCache* sources) const {
   const LayerPlan& lp = plan_[layer];
   const fwd::Arith a(regime_);
   const fwd::RopeTable rope = layer_rope(a, config_, lp, first + N, fault_);
@@ -233,6 +234,8 @@ V41LayerCapture V41Model::run_rows(int64_t layer, std::span<const double> stream
   L.cache = cache;
   L.first = first;
   L.window_floor = floor;
+  L.sources = sources;
+  L.floor_probe = floor_probe_;
   return block(L, streams, pre_mix, hash_ids, [&](std::span<const double> y, V41LayerCapture& cap) {
     return fwd::attention_forward(L, y, shared, cap);
   });
@@ -294,18 +297,28 @@ std::vector<int64_t> V41Model::engram_layer_hash_ids(std::span<const int64_t> id
 
 V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
                                    V41DecodeState* state) const {
-  return run_stack(tokens, hashing, 0, false, state);
+  return run_stack(tokens, hashing, 0, nullptr, state);
 }
 
 V41ForwardResult V41Model::run_stack(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t S,
-                                     bool floor_E, V41DecodeState* state) const {
+                                     const V41ReplayConvention* conv, V41DecodeState* state) const {
   const int64_t N = static_cast<int64_t>(tokens.size()), E = plan_.E, R = N - S;
   if (N == 0) throw InputError("v41 forward: an empty prompt");
+  // The first layer cut to the tail (none in a prefill), and whether its window is floored.
+  const int64_t cut = S == 0 ? plan_.L : conv->all_layers ? 0 : E;
+  const bool floor_cut = S > 0 && conv->floor_first_layer;
   const std::vector<int64_t> hashes = engram_hash_ids(tokens, hashing);
+  auto layer_ids = [&, engram_index = int64_t{0}](const LayerPlan& lp) mutable {
+    return lp.engram ? engram_layer_hash_ids(hashes, N, engram_index++) : std::vector<int64_t>{};
+  };
   V41ForwardResult out;
   out.N = N;
   out.first_row = S;
   std::vector<double> h = embed(tokens), pre = initial_pre_mix(N);
+  // The all-layers tail: the prefill side's pass writes every kv source's compressed KV and index keys
+  // up to E over every row (layer E's by the source-only write); the replay's kv sources read them.
+  std::vector<V41LayerCache> sources;
+  if (S > 0 && conv->all_layers) sources = prefill_side_sources(h, pre, hashes, N);
   V41SharedAttention shared;
   if (state) {
     *state = V41DecodeState{};
@@ -314,16 +327,16 @@ V41ForwardResult V41Model::run_stack(std::span<const int64_t> tokens, const V41E
     state->layers.resize(plan_.layers.size());
   }
   const int64_t hc = config_.hc_mult, D = config_.dim;
-  int64_t engram_index = 0;
   for (const LayerPlan& lp : plan_.layers) {
-    std::vector<int64_t> ids;
-    if (lp.engram) ids = engram_layer_hash_ids(hashes, N, engram_index++);
+    std::vector<int64_t> ids = layer_ids(lp);
+    if (lp.layer > cut && !ids.empty())  // a tail layer's rows: the n-grams ending at positions S ..
+      ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(ids.size() / static_cast<size_t>(N)) * S);
     V41LayerCache* cache = state ? &state->layers[static_cast<size_t>(lp.layer)] : nullptr;
     V41LayerCapture cap;
-    if (S > 0 && lp.layer == E) {
+    if (lp.layer == cut) {
       // Every row, for the sources (and, unfloored, the window keys); the rows before the tail are dropped
       // after it, and what it published is cut to the tail: its selection re-offset by the tail's rows.
-      cap = run_rows(lp.layer, h, pre, N, ids, shared, cache, 0, floor_E ? S : 0);
+      cap = run_rows(lp.layer, h, pre, N, ids, shared, cache, 0, floor_cut ? S : 0);
       h.assign(cap.out.begin() + S * hc * D, cap.out.end());
       pre.assign(cap.ffn_pre.begin() + S * hc, cap.ffn_pre.end());
       const int64_t k = shared.topk, T = shared.candidates.empty() ? 0 : static_cast<int64_t>(shared.candidates.size()) / N;
@@ -333,9 +346,10 @@ V41ForwardResult V41Model::run_stack(std::span<const int64_t> tokens, const V41E
       shared.topk_idxs = std::move(sel);
       if (T > 0) shared.candidates.erase(shared.candidates.begin(), shared.candidates.begin() + S * T);
     } else {
-      // Below E every row; above it (a replay) the tail's rows, floored at its first.
-      const bool tail = S > 0 && lp.layer > E;
-      cap = run_rows(lp.layer, h, pre, tail ? R : N, ids, shared, cache, tail ? S : 0, tail ? S : 0);
+      // Below the cut every row; above it the tail's rows, floored at its first.
+      const bool tail = lp.layer > cut;
+      const V41LayerCache* src = tail && lp.owns_compressor && !sources.empty() ? &sources[static_cast<size_t>(lp.layer)] : nullptr;
+      cap = run_rows(lp.layer, h, pre, tail ? R : N, ids, shared, cache, tail ? S : 0, tail ? S : 0, src);
       h = captures_ ? cap.out : std::move(cap.out);
       pre = cap.ffn_pre;
     }
@@ -346,18 +360,68 @@ V41ForwardResult V41Model::run_stack(std::span<const int64_t> tokens, const V41E
   return out;
 }
 
+std::vector<V41LayerCache> V41Model::prefill_side_sources(std::vector<double> h, std::vector<double> pre,
+                                                          std::span<const int64_t> hashes, int64_t N) const {
+  std::vector<V41LayerCache> sources(plan_.layers.size());
+  V41SharedAttention shared;
+  int64_t engram_index = 0;
+  for (const LayerPlan& lp : plan_.layers) {
+    if (lp.layer == plan_.E) {
+      sources[static_cast<size_t>(lp.layer)] = source_write(lp.layer, h, pre, N);
+      break;
+    }
+    std::vector<int64_t> ids;
+    if (lp.engram) ids = engram_layer_hash_ids(hashes, N, engram_index++);
+    V41LayerCapture cap = run_rows(lp.layer, h, pre, N, ids, shared, &sources[static_cast<size_t>(lp.layer)], 0, 0);
+    h = std::move(cap.out);
+    pre = std::move(cap.ffn_pre);
+  }
+  return sources;
+}
+
+V41LayerCache V41Model::source_write(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
+                                     int64_t N) const {
+  const LayerPlan& lp = plan_[layer];
+  if (!lp.owns_compressor)
+    throw InputError(fmt::format("v41 source write: layer {} is not a kv source", layer));
+  if (lp.engram)  // its streams would need the Engram first; no engine cuts at an Engram layer
+    throw InputError(fmt::format("v41 source write: layer {} has Engram", layer));
+  const int64_t hc = config_.hc_mult, D = config_.dim;
+  if (static_cast<int64_t>(streams.size()) != N * hc * D || static_cast<int64_t>(pre_mix.size()) != N * hc)
+    throw InputError(fmt::format("v41 source write: streams must be [N, {}, {}] and pre_mix [N, {}] for N = {}", hc, D,
+                                 hc, N));
+  const fwd::Arith a(regime_);
+  const fwd::RopeTable rope = layer_rope(a, config_, lp, N, fault_);
+  V41LayerCache out;
+  fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_, options_, captures_};
+  L.cache = &out;
+  // The collapse with the previous sublayer's pre (the staggered mHC), attn_norm: the attention's input.
+  std::vector<double> x = fwd::hc_pre(a, streams, pre_mix, N, hc, D);
+  fwd::rmsnorm(a, x, D, layers_[static_cast<size_t>(layer)]->attn_norm, config_.norm_eps);
+  fwd::write_sources(L, x);
+  return out;
+}
+
 namespace {
 // The engines' conventions (docs/v41.md §13.1), each with the code it follows.
 const std::vector<V41ReplayConvention> kConventions = {
-    {"sglang", true,
+    // name, all_layers, floor_first_layer, speculative_tail, source
+    {"sglang", false, true, false,
      "sglang srt/models/deepseek_v4.py DeepseekV4Model (late_layer_start = the last kv source; "
      "DeepseekV4AttnBackend.enter_late_layer_tail floors every tail layer's SWA)"},
-    {"trtllm", true,
+    {"trtllm", false, true, false,
      "TensorRT-LLM modeling_deepseekv41.py plan_decoder_replay / enter_decoder_replay (a boundary prepass of "
      "layer 20's collapse, norm, compressor and index keys on every row; the decoder queries narrowed from layer 20)"},
-    {"vllm", false,
+    {"vllm", false, false, false,
      "vllm models/deepseek_v41/nvidia/model.py DeepseekV4DecoderLayer.write_kv (layer 20 writes SWA KV, "
      "compressed KV and index K for every row) and _run_replay_layers"},
+    {"atom", false, false, true,
+     "ROCm ATOM atom/models/deepseek_v41/bounded_replay.py DecoderReplayModel (layer 20 on every row, layers "
+     "21-39 on the tail; tail = window + speculative tokens)"},
+    {"ascend", true, true, false,
+     "vllm-ascend overlay (CHIRO) models/deepseek_v41/model.py: the prefill role runs layers 0-19 and "
+     "write_global_source_from_encoder; the decode role's first prototype replays all 40 layers on the last "
+     "128 tokens, SWA from [max(s, i - 127), i], compressed writes skipped"},
 };
 }  // namespace
 
@@ -372,16 +436,28 @@ const V41ReplayConvention& v41_replay_convention(std::string_view name) {
   throw InputError(fmt::format("v41 replay convention '{}': unknown (known: {})", name, fmt::join(known, ", ")));
 }
 
-int64_t v41_exact_span(const V41Plan& p, const V41ReplayConvention& c) {
-  const int64_t floored = p.L - p.E - (c.floor_first_layer ? 0 : 1);
-  return 1 + floored * (p.W - 1);
+int64_t v41_floored_layers(const V41Plan& p, const V41ReplayConvention& c) {
+  const int64_t cut = c.all_layers ? 0 : p.E;
+  return p.L - cut - (c.floor_first_layer ? 0 : 1);
+}
+
+int64_t v41_exact_span(const V41Plan& p, const V41ReplayConvention& c) { return 1 + v41_floored_layers(p, c) * (p.W - 1); }
+
+int64_t v41_exact_decode_span(const V41Plan& p, const V41ReplayConvention& c) {
+  return v41_floored_layers(p, c) * (p.W - 1);
+}
+
+int64_t v41_bounded_tail(const V41Plan& p, const V41ReplayConvention& c, int64_t speculative) {
+  if (speculative < 0) throw InputError(fmt::format("v41 ced: {} speculative tokens", speculative));
+  return p.W + (c.speculative_tail ? speculative : 0);
 }
 
 V41ForwardResult V41Model::forward_ced(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
-                                       int64_t replay, const V41ReplayConvention& convention) const {
+                                       int64_t replay, const V41ReplayConvention& convention,
+                                       V41DecodeState* state) const {
   if (replay < 1) throw InputError(fmt::format("v41 ced: the replay must keep at least one row (got {})", replay));
   const int64_t N = static_cast<int64_t>(tokens.size());
-  return run_stack(tokens, hashing, std::max<int64_t>(0, N - replay), convention.floor_first_layer, nullptr);
+  return run_stack(tokens, hashing, std::max<int64_t>(0, N - replay), &convention, state);
 }
 
 void V41Model::seed_decode_pointers(V41DecodeState& state) const {

@@ -128,19 +128,30 @@ struct V41ForwardResult {
   std::vector<double> logits;           // [N, vocab_size] every position (fp32 values in bf16)
 };
 
-// How an engine cuts the rows of a CED prefill (docs/v41.md §13.1), as data: the decoder layers (E and
-// above) run on the last R rows only, their windows floored at the first of them; layer E's compressor
-// and index keys run on every row (its collapse and norm do, for them), and, by convention, its window
-// keys too (then layer E is exact and only the layers above it are floored).
+// How an engine cuts the rows of a CED prefill (docs/v41.md §13.1), as data. The cut layer is the first
+// whose rows are cut to the tail: E (the last kv source) in every serving engine, 0 in the all-layers
+// tail. Layers below it run on every row; the cut layer runs on every row for its sources (collapse,
+// norm, compressor, index keys) and, unless its window is floored, its window keys, and is then cut;
+// the layers above it run on the tail, their windows floored at its first row. With the all-layers
+// tail, a first pass runs the prompt's layers up to E on every row (the prefill side) and the replay's
+// kv sources read the compressed KV and index keys it wrote, their compressors skipped.
 struct V41ReplayConvention {
-  const char* name;          // "sglang", "trtllm", "vllm"
-  bool floor_first_layer;    // layer E's window floored at the tail (its window keys of the tail only)
+  const char* name;          // "sglang", "trtllm", "vllm", "atom", "ascend"
+  bool all_layers;           // the tail starts at layer 0 (sources from the prefill side), else at E
+  bool floor_first_layer;    // the cut layer's window floored at the tail (its window keys of the tail only)
+  bool speculative_tail;     // the bounded tail is W + k rows for k speculative tokens (else W)
   const char* source;        // the engine code it follows
 };
 const std::vector<V41ReplayConvention>& v41_replay_conventions();
 const V41ReplayConvention& v41_replay_convention(std::string_view name);  // InputError naming the known
+// The layers whose windows are floored: from the cut layer (or the one after it) to the last.
+int64_t v41_floored_layers(const V41Plan& p, const V41ReplayConvention& c);
 // The fewest replayed rows for which the last position is exact: 1 + F (W - 1), F the floored layers.
 int64_t v41_exact_span(const V41Plan& p, const V41ReplayConvention& c);
+// The fewest for which the next decode step is exact too: F (W - 1) (its own row is the step's).
+int64_t v41_exact_decode_span(const V41Plan& p, const V41ReplayConvention& c);
+// The bounded replay's rows: W, or W + speculative for a convention whose tail holds the drafts.
+int64_t v41_bounded_tail(const V41Plan& p, const V41ReplayConvention& c, int64_t speculative);
 
 // What one layer keeps between a prefill and its decode steps (model.py's per-layer buffers).
 struct V41LayerCache {
@@ -187,6 +198,9 @@ class V41Model {
   void set_captures(bool all) { captures_ = all; }
   // Plants a negative control (V41Fault) in every later forward; none removes it.
   void set_fault(V41Fault f) { fault_ = f; }
+  // The dependency probe of a CED replay (docs/v41.md §13.3): every window key a floor leaves out is read
+  // as a NaN key instead of skipped, so a position's logits are finite exactly when its cone was replayed.
+  void set_floor_probe(bool on) { floor_probe_ = on; }
   V41Fault fault() const { return fault_; }
 
   // Hash ids for the prompt: [N, n_engram_layers, (max_ngram_size - 1) * engram_n_heads].
@@ -202,8 +216,15 @@ class V41Model {
   // A CED prefill (docs/v41.md §13): the encoder layers on every row, layer E's sources on every row,
   // the decoder layers on the last `replay` rows under the convention. The result's logits and final
   // rows are the tail's (first_row = N - replay, or 0); its layers' captures hold the rows each ran.
+  // With a state, it is seeded for decode steps after the prompt, from the rows each layer ran.
   V41ForwardResult forward_ced(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t replay,
-                               const V41ReplayConvention& convention) const;
+                               const V41ReplayConvention& convention, V41DecodeState* state = nullptr) const;
+  // The prefill side's source-only write of layer `layer` (a kv source): its collapse with the previous
+  // sublayer's pre_mix, attn_norm, compressor and index keys over every row, and nothing after them.
+  // Its compress_kv and index_k (when it owns them) and, with a ratio > 1, its kv_state and score_state
+  // are what a prefill leaves in the layer's cache.
+  V41LayerCache source_write(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
+                             int64_t N) const;
 
   // One decode step (model.py Transformer.forward with start_pos = state.pos, one token) on a state a
   // prefill seeded: a result of N = 1 (its layers' captures, logits [1, vocab]); the state advances.
@@ -246,15 +267,19 @@ class V41Model {
   void head_collapsed(std::span<const double> collapsed, int64_t N, V41ForwardResult& out) const;
 
  private:
-  // The prefill (S = 0) or a CED replay of the rows from S on (docs/v41.md §13): the layers below E on
-  // every row, E on every row and then cut to the tail (floor_E: its window floored at S), those above on
-  // the tail; with a state, the decode buffers seeded (a prefill).
+  // The prefill (S = 0) or a CED replay of the rows from S on (docs/v41.md §13) under a convention;
+  // with a state, the decode buffers seeded.
   V41ForwardResult run_stack(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t S,
-                             bool floor_E, V41DecodeState* state) const;
-  // run_layer on rows at positions first .. first + N - 1 with the window floored at `floor`.
+                             const V41ReplayConvention* convention, V41DecodeState* state) const;
+  // run_layer on rows at positions first .. first + N - 1 with the window floored at `floor`; a kv source
+  // on a tail reads `sources` (the prefill side's compressed KV and index keys) instead of computing them.
   V41LayerCapture run_rows(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix, int64_t N,
                            std::span<const int64_t> hash_ids, V41SharedAttention& shared, V41LayerCache* cache,
-                           int64_t first, int64_t floor) const;
+                           int64_t first, int64_t floor, const V41LayerCache* sources = nullptr) const;
+  // The all-layers tail's prefill side: layers 0 .. E - 1 on every row from the embedding h and pre_mix,
+  // then layer E's source-only write; each kv source's cache (compressed KV, index keys, group state).
+  std::vector<V41LayerCache> prefill_side_sources(std::vector<double> h, std::vector<double> pre,
+                                                  std::span<const int64_t> hashes, int64_t N) const;
   template <typename Attend>
   V41LayerCapture block(const fwd::LayerCtx& L, std::span<const double> streams, std::span<const double> pre_mix,
                         std::span<const int64_t> hash_ids, Attend attend) const;
@@ -265,6 +290,7 @@ class V41Model {
   V41Fault fault_ = V41Fault::none;
   V41Options options_;
   bool captures_ = true;
+  bool floor_probe_ = false;
   std::vector<double> embed_, norm_, head_;
   std::vector<std::unique_ptr<V41LayerWeights>> layers_;
 };

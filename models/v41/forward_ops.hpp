@@ -130,6 +130,10 @@ std::vector<double> hc_post(const Arith& a, std::span<const double> y, std::span
 
 // The window indices of a prefill from 0: [N, min(N, W)], query i sees max(0, i - W + 1) .. i, -1 after.
 std::vector<int32_t> window_topk_idxs(int64_t N, int64_t W);
+// The probe's window lists [N, W] for rows at positions first .. first + N - 1: the positions a full run's
+// window holds, those below max(first, floor) as kProbeKey (the NaN key), those before 0 as -1.
+constexpr int32_t kProbeKey = -2;
+std::vector<int32_t> probe_window_idxs(int64_t N, int64_t W, int64_t first, int64_t floor);
 // sparse_attn: q [N, H, d], kv [rows, d], sink [H], idxs [N, k] (-1 = none): online softmax over the
 // index list in blocks of 64, running max from -1e30, probabilities to bf16 before P·V (bf16 regime),
 // the sink in the denominator only. out [N, H, d] bf16.
@@ -178,6 +182,11 @@ struct LayerCtx {
   // replayed tail; the compressed KV and index keys in `shared` cover every group of the prompt), and
   // window keys of positions below window_floor are not attended. 0 and 0: a prefill from position 0.
   int64_t first = 0, window_floor = 0;
+  // A kv source replayed on a tail (the all-layers tail): the compressed KV and index keys of every group,
+  // written by the prefill side over every row; the compressor and the index-key projection are skipped.
+  const V41LayerCache* sources = nullptr;
+  // The dependency probe (V41Model::set_floor_probe): each window key a floor leaves out is read as NaN.
+  bool floor_probe = false;
 };
 
 // Y = X · Wᵀ of a stored linear (linear_w) into a new [M, w.out].
@@ -218,6 +227,9 @@ std::vector<int64_t> select_topk(std::span<const double> values, int64_t k, bool
 // state; records what it publishes in cap. Returns [N, dim].
 std::vector<double> attention_forward(const LayerCtx& L, std::span<const double> x, V41SharedAttention& shared,
                                       V41LayerCapture& cap);
+// A kv source's sources alone on x [N, dim] (attn_norm's output), into *L.cache: the compressor (its group
+// state seeded), the compressed KV and, for an owner, the index keys; the attention's other work skipped.
+void write_sources(const LayerCtx& L, std::span<const double> x);
 // model.py MoE.forward on x [N, dim] (ffn_norm's output). Returns [N, dim] bf16; cap.experts.
 std::vector<double> moe_forward(const LayerCtx& L, std::span<const double> x, V41LayerCapture& cap);
 // model.py Engram.forward on the streams [N, hc, dim] in place; hash_ids [N, cols].
