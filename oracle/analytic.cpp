@@ -32,12 +32,11 @@ int64_t predicted_min_exact_decode_replay(const Plan& plan, int64_t N) {
 
 // ---- Ratios --------------------------------------------------------------------------
 
-int64_t bounded_replay(const Plan& plan, int64_t N) { return std::min(N, plan.W); }
+CedSplit ced_split(const Plan& plan) { return {plan.L, plan.E, plan.D, plan.W}; }
 
-double ideal_ratio(const Plan& plan, int64_t N) {
-  const double B = double(bounded_replay(plan, N));
-  return (double(N) * double(plan.E) + B * double(plan.D)) / (double(N) * double(plan.L));
-}
+int64_t bounded_replay(const Plan& plan, int64_t N) { return bounded_replay(ced_split(plan), N); }
+
+double ideal_ratio(const Plan& plan, int64_t N) { return ideal_ratio(ced_split(plan), N); }
 
 RatioFlops exact_ratio_flops(const Config& c, const Plan& plan, int64_t N) {
   FlopQuery full;
@@ -61,13 +60,7 @@ OracleTable oracle_table(const Config& c, std::vector<int64_t> Ns, std::optional
   t.D = plan.D;
   t.W = plan.W;
   const int64_t D = plan.D, W = plan.W;
-  t.exact_replay = plan.exact_replay();
-  t.report_upper = D * W;
-  t.exact_decode_replay = plan.exact_decode_replay();
-  // Decoder layer E+k needs 1 + (D-1-k)(W-1) positions for the last one: a triangle.
-  t.work_triangle = D + (W - 1) * D * (D - 1) / 2;
-  t.work_rectangle = t.exact_replay * D;
-  t.work_bounded = W * D;
+  t.seed = seed_figures(ced_split(plan));
 
   for (int64_t N : Ns) {
     if (N < 1) throw InputError(fmt::format("oracle: N must be >= 1 (got {})", N));
@@ -109,7 +102,6 @@ OracleTable oracle_table(const Config& c, std::vector<int64_t> Ns, std::optional
 }
 
 namespace {
-std::string pct(double x) { return fmt::format("{:.3f} %", 100.0 * x); }
 // Shortest decimal that round-trips (fmt's default for double), e.g. 2.5.
 std::string num(double x) { return fmt::format("{}", x); }
 // A JSON string literal (config names may be file paths).
@@ -129,19 +121,10 @@ std::string json_string(const std::string& v) {
 
 std::string format_oracle_table(const OracleTable& t) {
   std::string s;
-  auto line = [&s](const std::string& what, const std::string& value) {
-    s += fmt::format("  {:<46} {}\n", what, value);
-  };
+  auto line = [&s](const std::string& what, const std::string& value) { s += oracle_line(what, value); };
   s += fmt::format("CED analytic oracle (docs/spec.md §7), config {}: L = {}, E = {}, D = {}, W = {}\n", t.config_name, t.L,
                    t.E, t.D, t.W);
-  s += "decoder replay spans (positions)\n";
-  line("exact replay R = 1 + D(W-1)", fmt::format("{:>12}", t.exact_replay));
-  line("report's upper estimate D·W", fmt::format("{:>12}", t.report_upper));
-  line("exact-decode bound D(W-1)", fmt::format("{:>12}", t.exact_decode_replay));
-  s += "decoder work for the last position (position-layers)\n";
-  line("triangle D + (W-1)·D(D-1)/2", fmt::format("{:>12}", t.work_triangle));
-  line("rectangle R·D", fmt::format("{:>12}", t.work_rectangle));
-  line("bounded W·D", fmt::format("{:>12}", t.work_bounded));
+  s += format_seed_figures(t.seed);
   s += "cache\n";
   line(fmt::format("KV cache copies Σ 1/r (of {} per-layer)", t.n_layers_cache),
        fmt::format("{:>12}", num(t.cache_copies)));
@@ -157,8 +140,8 @@ std::string format_oracle_table(const OracleTable& t) {
   s += fmt::format("  {:>9} {:>6} {:>12} {:>12} {:>22} {:>22}\n", "N", "B", "ideal", "exact", "full FLOPs",
                    "ced FLOPs");
   for (const auto& r : t.rows)
-    s += fmt::format("  {:>9} {:>6} {:>12} {:>12} {:>22} {:>22}\n", r.n_prompt, r.bounded_replay, pct(r.ideal_ratio),
-                     pct(r.exact_ratio), r.full_flops, r.ced_flops);
+    s += fmt::format("  {:>9} {:>6} {:>12} {:>12} {:>22} {:>22}\n", r.n_prompt, r.bounded_replay, oracle_percent(r.ideal_ratio),
+                     oracle_percent(r.exact_ratio), r.full_flops, r.ced_flops);
   s += "  ideal = (N·E + B·D)/(N·L); exact = the FLOP model of the actual layers\n";
 
   s += "exactness cone: decoder layer E+k is exact at the last position iff B >= B_k = 1 + (k+1)(W-1) or s = 0\n";
@@ -180,10 +163,10 @@ std::string oracle_table_json(const OracleTable& t) {
   std::string s = "{\n";
   s += fmt::format("  \"config\": {},\n", json_string(t.config_name));
   s += fmt::format("  \"L\": {}, \"E\": {}, \"D\": {}, \"W\": {},\n", t.L, t.E, t.D, t.W);
-  s += fmt::format("  \"exact_replay\": {}, \"report_upper\": {}, \"exact_decode_replay\": {},\n", t.exact_replay,
-                   t.report_upper, t.exact_decode_replay);
-  s += fmt::format("  \"work_triangle\": {}, \"work_rectangle\": {}, \"work_bounded\": {},\n", t.work_triangle,
-                   t.work_rectangle, t.work_bounded);
+  s += fmt::format("  \"exact_replay\": {}, \"report_upper\": {}, \"exact_decode_replay\": {},\n", t.seed.exact_replay,
+                   t.seed.report_upper, t.seed.exact_decode_replay);
+  s += fmt::format("  \"work_triangle\": {}, \"work_rectangle\": {}, \"work_bounded\": {},\n", t.seed.work_triangle,
+                   t.seed.work_rectangle, t.seed.work_bounded);
   s += fmt::format("  \"cache_copies\": {}, \"cache_elements_per_token\": {}, \"cache_bytes_per_token_bf16\": {}, "
                    "\"cache_bytes_per_token_f32\": {},\n",
                    num(t.cache_copies), num(t.cache_elements_per_token), num(t.cache_bytes_per_token_bf16),

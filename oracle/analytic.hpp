@@ -15,6 +15,7 @@
 #include "models/lab/config.hpp"
 #include "models/lab/plan.hpp"
 #include "oracle/analytic_flops.hpp"
+#include "oracle/ced_split.hpp"
 
 namespace ced {
 
@@ -34,6 +35,8 @@ int64_t predicted_min_exact_replay(const Plan& plan, int64_t N);
 int64_t predicted_min_exact_decode_replay(const Plan& plan, int64_t N);
 
 // ---- Ratios (docs/spec.md §0, §7) -----------------------------------------------------
+// The plan's split, for oracle/ced_split.hpp.
+CedSplit ced_split(const Plan& plan);
 // Bounded replay B = min(N, W).
 int64_t bounded_replay(const Plan& plan, int64_t N);
 // (N·E + B·D) / (N·L); 1/2 + B/(2N) for E = D.
@@ -74,12 +77,7 @@ struct EncoderReplaySpans {  // docs/spec.md §6/§7, for a prefix P
 struct OracleTable {
   std::string config_name;
   int64_t L = 0, E = 0, D = 0, W = 0;
-  int64_t exact_replay = 0;         // R = 1 + D(W-1)
-  int64_t report_upper = 0;         // D·W
-  int64_t exact_decode_replay = 0;  // D(W-1)
-  int64_t work_triangle = 0;        // D + (W-1)·D(D-1)/2 position-layers
-  int64_t work_rectangle = 0;       // R·D
-  int64_t work_bounded = 0;         // W·D
+  SeedFigures seed;  // the spans R, D·W, D(W-1) and the decoder's work (oracle/ced_split.hpp)
   std::vector<OracleRow> rows;
   int64_t n_layers_cache = 0;                 // L per-layer copies without CED
   double cache_copies = 0;                    // Σ over kv sources of 1/r

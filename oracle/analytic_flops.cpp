@@ -8,22 +8,13 @@
 #include <stdexcept>
 
 #include "model/error.hpp"
+#include "oracle/checked_int.hpp"
 
 namespace ced {
 namespace {
 
-// Checked int64 arithmetic: a FLOP count that leaves int64 is an error, not a
-// wrapped number.
-int64_t mul(int64_t a, int64_t b) {
-  int64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r)) throw std::overflow_error("flop model: int64 overflow");
-  return r;
-}
-int64_t add(int64_t a, int64_t b) {
-  int64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r)) throw std::overflow_error("flop model: int64 overflow");
-  return r;
-}
+using checked::add;
+using checked::mul;
 
 constexpr int64_t kNoCap = std::numeric_limits<int64_t>::max();
 

@@ -8,6 +8,7 @@
 #include "oracle/analytic.hpp"
 #include "checks/ced_checks.hpp"
 #include "tools/common.hpp"
+#include "tools/v41_commands.hpp"
 
 namespace ced::tools {
 
@@ -19,17 +20,23 @@ Runner add_oracle(CLI::App& app) {
     bool json = false;
   };
   auto o = std::make_shared<Opts>();
-  auto* sub = app.add_subcommand("oracle", "the analytic oracle of docs/spec.md §7: spans, work, ratios, cache, cone");
-  sub->add_option("--config", o->config, "built-in name or TOML file")->required();
+  auto* sub = app.add_subcommand("oracle", "the analytic oracle (docs/spec.md §7; v41 configs docs/v41.md §14): spans, work, ratios");
+  sub->add_option("--config", o->config, "built-in name, TOML file (lab) or config.json (v41)")->required();
   sub->add_option("--tokens", o->tokens, "prompt lengths N (default 256 32768 1000000)")
       ->transform(integer_in(1, kMaxLength));
-  sub->add_option("--prefix", o->prefix, "prefix P for the encoder-replay spans (default 4W)")
+  sub->add_option("--prefix", o->prefix, "prefix P for the encoder-replay spans (default 4W; lab configs)")
       ->transform(integer_in(0, kMaxLength));
   sub->add_flag("--json", o->json, "print JSON instead of the table");
   return {sub, [o] {
-            const Config c = load_lab_config(o->config);
             std::vector<int64_t> Ns = o->tokens;
             if (Ns.empty()) Ns = {256, 32768, 1000000};
+            if (names_v41_family(o->config)) {
+              if (o->prefix >= 0)
+                throw InputError("--prefix: the encoder-replay spans are the lab oracle's (docs/spec.md §7); the "
+                                 "v41 oracle (docs/v41.md §14) has none");
+              return oracle_v41(o->config, Ns, o->json);
+            }
+            const Config c = load_lab_config(o->config);
             const int64_t P = o->prefix >= 0 ? o->prefix : 4 * c.window;
             OracleTable t;
             try {

@@ -17,6 +17,7 @@
 #include "models/family.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/run_file.hpp"
+#include "oracle/v41_oracle.hpp"
 #include "tools/common.hpp"
 
 namespace ced::tools {
@@ -85,6 +86,21 @@ std::string logits_digest(const std::vector<double>& logits) {
 }  // namespace
 
 bool names_v41_family(const std::string& config_arg) { return family_of_config(config_arg).name == "v41"; }
+
+int oracle_v41(const std::string& config, const std::vector<int64_t>& Ns, bool json) {
+  const v41::V41Config c = v41_config(config);
+  v41::V41OracleTable t;
+  try {
+    t = v41::v41_oracle_table(c, Ns);
+  } catch (const std::overflow_error&) {
+    // the counts are exact int64 (oracle/v41_flops.cpp): a length whose count does not fit is out of range
+    throw InputError(fmt::format("--tokens: N = {} is too long for config {}: its FLOP count (docs/v41.md §14.2) "
+                                 "overflows int64",
+                                 *std::max_element(Ns.begin(), Ns.end()), c.name));
+  }
+  std::fputs((json ? v41::v41_oracle_table_json(t) + "\n" : v41::format_v41_oracle_table(t)).c_str(), stdout);
+  return 0;
+}
 
 int export_v41(const V41ExportOptions& o) {
   const v41::V41Config c = v41_config(o.config);

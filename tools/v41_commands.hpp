@@ -11,6 +11,10 @@ namespace ced::tools {
 // Whether a --config argument names the v41 family (models/family.hpp decides).
 bool names_v41_family(const std::string& config_arg);
 
+// `ced oracle` on a v41 config (docs/v41.md §14): the release's oracle for the prompt lengths Ns, as
+// the table or JSON. InputError when a count overflows int64 at the longest N.
+int oracle_v41(const std::string& config, const std::vector<int64_t>& Ns, bool json);
+
 struct V41ExportOptions {
   std::string config;  // a v41 built-in or config file
   uint64_t weight_seed = 0;

@@ -367,12 +367,12 @@ TEST(AnalyticFlops, BadQueriesAreInputErrors) {
 TEST(AnalyticTable, V41FlashSeedFiguresAreReproduced) {
   const Config c = builtin_config("lab-flash");
   const OracleTable t = oracle_table(c, {256, 32768, 1000000}, 4096);
-  EXPECT_EQ(t.exact_replay, 2541);
-  EXPECT_EQ(t.report_upper, 2560);
-  EXPECT_EQ(t.exact_decode_replay, 2540);
-  EXPECT_EQ(t.work_triangle, 24150);
-  EXPECT_EQ(t.work_rectangle, 50820);
-  EXPECT_EQ(t.work_bounded, 2560);
+  EXPECT_EQ(t.seed.exact_replay, 2541);
+  EXPECT_EQ(t.seed.report_upper, 2560);
+  EXPECT_EQ(t.seed.exact_decode_replay, 2540);
+  EXPECT_EQ(t.seed.work_triangle, 24150);
+  EXPECT_EQ(t.seed.work_rectangle, 50820);
+  EXPECT_EQ(t.seed.work_bounded, 2560);
   EXPECT_EQ(t.cache_copies, 2.5);  // 3 × 1/2 + 1: exact in binary
   EXPECT_EQ(t.cache_elements_per_token, 1600.0);  // (512 + 128) · 2.5
   EXPECT_EQ(t.cache_bytes_per_token_bf16, 3200.0);
@@ -478,8 +478,8 @@ TEST(AnalyticTable, IdealRatioWeighsEncoderAndDecoderWhenEDiffersFromD) {
   EXPECT_DOUBLE_EQ(ideal_ratio(plan, 3), (15.0 + 9.0) / 24.0);  // B = N: everything
   EXPECT_NE(ideal_ratio(plan, 10), 0.5 + 4.0 / 20.0);           // not the E = D formula
   const OracleTable t = oracle_table(c, {10}, std::nullopt);
-  EXPECT_EQ(t.exact_replay, 1 + 3 * 3);
-  EXPECT_EQ(t.work_triangle, 3 + 3 * 3 * 2 / 2);
+  EXPECT_EQ(t.seed.exact_replay, 1 + 3 * 3);
+  EXPECT_EQ(t.seed.work_triangle, 3 + 3 * 3 * 2 / 2);
   EXPECT_DOUBLE_EQ(t.rows[0].ideal_ratio, 62.0 / 80.0);
   EXPECT_FALSE(t.spans);
 }

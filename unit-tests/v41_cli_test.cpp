@@ -239,6 +239,26 @@ TEST(V41Cli, TheRunFileReaderRefusesAnotherFormatAndAShapeThatIsNotTheConfigs) {
   refused(edited("regime.h5", [&](hid_t f) { set_string(f, "regime", "fp16"); }), "v41 regime 'fp16'");
 }
 
+// `ced oracle` on a v41 config prints the release's oracle (docs/v41.md §14): the seed's figures on
+// v41-flash, as the table and as JSON.
+TEST(V41Cli, TheOracleOfTheReleasePrintsTheSeedsRatioAndExits0) {
+  const test::Result t = ced("oracle --config v41-flash");
+  EXPECT_EQ(t.code, 0) << t.err;
+  for (const char* figure : {"2541", "24150", "50820", "50.195 %", "50.006 %", "75.000 %", "2414"})
+    EXPECT_NE(t.out.find(figure), std::string::npos) << figure << "\n" << t.out;
+  const test::Result j = ced("oracle --config v41-flash --json --tokens 32768");
+  EXPECT_EQ(j.code, 0) << j.err;
+  EXPECT_NE(j.out.find("\"ideal_ratio\": 0.501953125"), std::string::npos) << j.out;  // 1/2 + 128/65536
+  EXPECT_EQ(j.out.find("\"N\": 256"), std::string::npos) << "--tokens not honoured";
+}
+
+TEST(V41Cli, TheOracleRefusesABadV41ConfigInOneLine) {
+  std::ofstream(scratch() / "bad-inference.json") << "{\"dim\": 5120, \"q_norm\": 1}";
+  expect_refused("oracle --config " + (scratch() / "bad-inference.json").string(), "q_norm");
+  expect_refused("oracle --config " + (scratch() / "missing.json").string(), "cannot read the file");
+  expect_refused("oracle --config v41-flash --prefix 512", "--prefix");
+}
+
 TEST(V41Cli, BadInputIsOneLineAndExit2) {
   const std::string d = exported().string();
   expect_refused("export --config v41-flash --out " + (scratch() / "flash").string(), "billion parameters");
