@@ -207,3 +207,30 @@ TEST(V41Ced, ADecodeStepAfterACedPrefillOfItsDecodeSpanIsTheStepAfterThePrefill)
     m.set_floor_probe(false);
   }
 }
+
+TEST(V41Ced, ReplaysOnOneEncodingAreTheCedPrefillsBitwise) {
+  const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, V41Regime::release);
+  const int64_t N = 60;
+  const auto tokens = prompt(N, m.config().vocab_size, 7);
+  const V41EngramHashing h = v41_checkpoint_hashing(m.config());
+  for (const char* name : {"sglang", "vllm", "ascend"}) {
+    const V41ReplayConvention& conv = v41_replay_convention(name);
+    const V41CedEncoding enc = m.ced_encoding(tokens, h, conv, true);
+    for (int64_t R : {int64_t{1}, int64_t{16}, int64_t{45}, N}) {
+      V41DecodeState a, b;
+      const V41ForwardResult once = m.forward_ced(tokens, h, R, conv, &a);
+      const V41ForwardResult shared = m.forward_ced(enc, R, conv, &b);
+      EXPECT_EQ(shared.first_row, once.first_row);
+      EXPECT_EQ(shared.logits, once.logits) << name << " R " << R;
+      ASSERT_EQ(shared.layers.size(), once.layers.size());
+      for (size_t l = 0; l < once.layers.size(); ++l) EXPECT_EQ(shared.layers[l].out, once.layers[l].out) << l;
+      EXPECT_EQ(m.decode_step(tokens[0], h, a).logits, m.decode_step(tokens[0], h, b).logits) << name << " R " << R;
+    }
+  }
+  // An encoding is for its cut: the all-layers tail's is not SGLang's.
+  EXPECT_THROW(m.forward_ced(m.ced_encoding(tokens, h, v41_replay_convention("ascend")), 16, v41_replay_convention("sglang")),
+               InputError);
+  V41DecodeState s;
+  EXPECT_THROW(m.forward_ced(m.ced_encoding(tokens, h, v41_replay_convention("vllm")), 16, v41_replay_convention("vllm"), &s),
+               InputError);
+}

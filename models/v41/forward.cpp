@@ -302,41 +302,87 @@ V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41Eng
 
 V41ForwardResult V41Model::run_stack(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t S,
                                      const V41ReplayConvention* conv, V41DecodeState* state) const {
-  const int64_t N = static_cast<int64_t>(tokens.size()), E = plan_.E, R = N - S;
-  if (N == 0) throw InputError("v41 forward: an empty prompt");
-  // The first layer cut to the tail (none in a prefill), and whether its window is floored.
-  const int64_t cut = S == 0 ? plan_.L : conv->all_layers ? 0 : E;
+  // The first layer cut to the tail: none in a prefill (the encoding is every layer).
+  const int64_t cut = S == 0 ? plan_.L : conv->all_layers ? 0 : plan_.E;
+  return replay_tail(encode_below(tokens, hashing, cut, S > 0 && conv->all_layers, state != nullptr), S, conv, state);
+}
+
+V41CedEncoding V41Model::ced_encoding(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
+                                      const V41ReplayConvention& convention, bool decode) const {
+  return encode_below(tokens, hashing, convention.all_layers ? 0 : plan_.E, convention.all_layers, decode);
+}
+
+V41CedEncoding V41Model::encode_below(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t cut,
+                                      bool prefill_side, bool caches) const {
+  V41CedEncoding enc;
+  enc.N = static_cast<int64_t>(tokens.size());
+  if (enc.N == 0) throw InputError("v41 forward: an empty prompt");
+  enc.cut = cut;
+  enc.all_layers = prefill_side;
+  enc.tokens.assign(tokens.begin(), tokens.end());
+  enc.hashes = engram_hash_ids(tokens, hashing);
+  enc.h = embed(tokens);
+  enc.pre = initial_pre_mix(enc.N);
+  // The all-layers tail: the prefill side's pass writes every kv source's compressed KV and index keys
+  // up to E over every row (layer E's by the source-only write); the replay's kv sources read them.
+  if (prefill_side) enc.sources = prefill_side_sources(enc.h, enc.pre, enc.hashes, enc.N);
+  if (caches) enc.caches.resize(plan_.layers.size());
+  for (int64_t l = 0; l < cut; ++l) {
+    const LayerPlan& lp = plan_[l];
+    V41LayerCapture cap = run_rows(l, enc.h, enc.pre, enc.N, layer_hash_ids(enc, lp, 0), enc.shared,
+                                   caches ? &enc.caches[static_cast<size_t>(l)] : nullptr, 0, 0);
+    enc.h = captures_ ? cap.out : std::move(cap.out);
+    enc.pre = cap.ffn_pre;
+    enc.layers.push_back(std::move(cap));
+  }
+  return enc;
+}
+
+std::vector<int64_t> V41Model::layer_hash_ids(const V41CedEncoding& enc, const LayerPlan& lp, int64_t S) const {
+  if (!lp.engram) return {};
+  const auto& ids = config_.engram_layer_ids;
+  const int64_t index = std::find(ids.begin(), ids.end(), lp.layer) - ids.begin();
+  std::vector<int64_t> out = engram_layer_hash_ids(enc.hashes, enc.N, index);
+  // A tail layer's rows: the n-grams ending at positions S ..
+  out.erase(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(out.size() / static_cast<size_t>(enc.N)) * S);
+  return out;
+}
+
+V41ForwardResult V41Model::forward_ced(const V41CedEncoding& enc, int64_t replay, const V41ReplayConvention& convention,
+                                       V41DecodeState* state) const {
+  if (replay < 1) throw InputError(fmt::format("v41 ced: the replay must keep at least one row (got {})", replay));
+  if (enc.cut != (convention.all_layers ? 0 : plan_.E) || enc.all_layers != convention.all_layers)
+    throw InputError(fmt::format("v41 ced: the encoding was made for another cut than convention {}'s", convention.name));
+  if (state && enc.caches.empty()) throw InputError("v41 ced: decode steps need an encoding made with its caches");
+  return replay_tail(enc, std::max<int64_t>(0, enc.N - replay), &convention, state);
+}
+
+V41ForwardResult V41Model::replay_tail(V41CedEncoding enc, int64_t S, const V41ReplayConvention* conv,
+                                       V41DecodeState* state) const {
+  const int64_t N = enc.N, R = N - S, cut = enc.cut;
   const bool floor_cut = S > 0 && conv->floor_first_layer;
-  const std::vector<int64_t> hashes = engram_hash_ids(tokens, hashing);
-  auto layer_ids = [&, engram_index = int64_t{0}](const LayerPlan& lp) mutable {
-    return lp.engram ? engram_layer_hash_ids(hashes, N, engram_index++) : std::vector<int64_t>{};
-  };
   V41ForwardResult out;
   out.N = N;
   out.first_row = S;
-  std::vector<double> h = embed(tokens), pre = initial_pre_mix(N);
-  // The all-layers tail: the prefill side's pass writes every kv source's compressed KV and index keys
-  // up to E over every row (layer E's by the source-only write); the replay's kv sources read them.
-  std::vector<V41LayerCache> sources;
-  if (S > 0 && conv->all_layers) sources = prefill_side_sources(h, pre, hashes, N);
-  V41SharedAttention shared;
+  out.layers = std::move(enc.layers);
+  std::vector<double> h = std::move(enc.h), pre = std::move(enc.pre);
+  V41SharedAttention shared = std::move(enc.shared);
   if (state) {
     *state = V41DecodeState{};
     state->pos = N;
-    state->tokens.assign(tokens.begin(), tokens.end());
+    state->tokens = enc.tokens;
+    state->layers = std::move(enc.caches);
     state->layers.resize(plan_.layers.size());
   }
   const int64_t hc = config_.hc_mult, D = config_.dim;
-  for (const LayerPlan& lp : plan_.layers) {
-    std::vector<int64_t> ids = layer_ids(lp);
-    if (lp.layer > cut && !ids.empty())  // a tail layer's rows: the n-grams ending at positions S ..
-      ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(ids.size() / static_cast<size_t>(N)) * S);
-    V41LayerCache* cache = state ? &state->layers[static_cast<size_t>(lp.layer)] : nullptr;
+  for (int64_t l = cut; l < plan_.L; ++l) {
+    const LayerPlan& lp = plan_[l];
+    V41LayerCache* cache = state ? &state->layers[static_cast<size_t>(l)] : nullptr;
     V41LayerCapture cap;
-    if (lp.layer == cut) {
+    if (l == cut) {
       // Every row, for the sources (and, unfloored, the window keys); the rows before the tail are dropped
       // after it, and what it published is cut to the tail: its selection re-offset by the tail's rows.
-      cap = run_rows(lp.layer, h, pre, N, ids, shared, cache, 0, floor_cut ? S : 0);
+      cap = run_rows(l, h, pre, N, layer_hash_ids(enc, lp, 0), shared, cache, 0, floor_cut ? S : 0);
       h.assign(cap.out.begin() + S * hc * D, cap.out.end());
       pre.assign(cap.ffn_pre.begin() + S * hc, cap.ffn_pre.end());
       const int64_t k = shared.topk, T = shared.candidates.empty() ? 0 : static_cast<int64_t>(shared.candidates.size()) / N;
@@ -346,10 +392,9 @@ V41ForwardResult V41Model::run_stack(std::span<const int64_t> tokens, const V41E
       shared.topk_idxs = std::move(sel);
       if (T > 0) shared.candidates.erase(shared.candidates.begin(), shared.candidates.begin() + S * T);
     } else {
-      // Below the cut every row; above it the tail's rows, floored at its first.
-      const bool tail = lp.layer > cut;
-      const V41LayerCache* src = tail && lp.owns_compressor && !sources.empty() ? &sources[static_cast<size_t>(lp.layer)] : nullptr;
-      cap = run_rows(lp.layer, h, pre, tail ? R : N, ids, shared, cache, tail ? S : 0, tail ? S : 0, src);
+      // Above the cut the tail's rows, floored at its first; a kv source there reads the prefill side's.
+      const V41LayerCache* src = lp.owns_compressor && !enc.sources.empty() ? &enc.sources[static_cast<size_t>(l)] : nullptr;
+      cap = run_rows(l, h, pre, R, layer_hash_ids(enc, lp, S), shared, cache, S, S, src);
       h = captures_ ? cap.out : std::move(cap.out);
       pre = cap.ffn_pre;
     }

@@ -177,6 +177,19 @@ struct V41DecodeState {
 
 struct V41LayerWeights;
 
+// What a CED prefill's layers below its cut leave, every row (V41Model::ced_encoding): the same for every
+// replay length under conventions of one cut, so a search or a sweep over replays computes it once.
+struct V41CedEncoding {
+  int64_t N = 0, cut = 0;              // the prompt's rows; the first layer cut to the tail (E, or 0)
+  bool all_layers = false;             // made for the all-layers tail (its prefill side's sources below)
+  std::vector<int64_t> tokens, hashes; // the prompt; its Engram hash ids, every layer
+  std::vector<double> h, pre;          // the cut layer's input streams [N, hc, dim] and pre_mix [N, hc]
+  V41SharedAttention shared;           // what the layers below the cut published
+  std::vector<V41LayerCache> sources;  // all-layers: each kv source's compressed KV, index keys, group state
+  std::vector<V41LayerCapture> layers; // the layers below the cut
+  std::vector<V41LayerCache> caches;   // with decode: [n_layers], the layers below the cut's filled
+};
+
 // The weights of one config, dequantized once (docs/v41.md §8.2), and the forward over them.
 class V41Model {
  public:
@@ -219,6 +232,13 @@ class V41Model {
   // With a state, it is seeded for decode steps after the prompt, from the rows each layer ran.
   V41ForwardResult forward_ced(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t replay,
                                const V41ReplayConvention& convention, V41DecodeState* state = nullptr) const;
+  // The layers below the convention's cut, once (with `decode`, their decode buffers too), and any
+  // number of replays on it: forward_ced(encoding, R, convention) is forward_ced(tokens, R, convention)
+  // bitwise.
+  V41CedEncoding ced_encoding(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
+                              const V41ReplayConvention& convention, bool decode = false) const;
+  V41ForwardResult forward_ced(const V41CedEncoding& encoding, int64_t replay, const V41ReplayConvention& convention,
+                               V41DecodeState* state = nullptr) const;
   // The prefill side's source-only write of layer `layer` (a kv source): its collapse with the previous
   // sublayer's pre_mix, attn_norm, compressor and index keys over every row, and nothing after them.
   // Its compress_kv and index_k (when it owns them) and, with a ratio > 1, its kv_state and score_state
@@ -276,6 +296,14 @@ class V41Model {
   V41LayerCapture run_rows(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix, int64_t N,
                            std::span<const int64_t> hash_ids, V41SharedAttention& shared, V41LayerCache* cache,
                            int64_t first, int64_t floor, const V41LayerCache* sources = nullptr) const;
+  // The layers below `cut` on every row (with the all-layers tail's prefill side; with their caches).
+  V41CedEncoding encode_below(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t cut,
+                              bool prefill_side, bool caches) const;
+  // The cut layer and those above it on an encoding, the tail from row S (S = 0: every row).
+  V41ForwardResult replay_tail(V41CedEncoding enc, int64_t S, const V41ReplayConvention* convention,
+                               V41DecodeState* state) const;
+  // A layer's Engram hash ids [rows, cols] for the rows from S (empty without Engram).
+  std::vector<int64_t> layer_hash_ids(const V41CedEncoding& enc, const LayerPlan& lp, int64_t S) const;
   // The all-layers tail's prefill side: layers 0 .. E - 1 on every row from the embedding h and pre_mix,
   // then layer E's source-only write; each kv source's cache (compressed KV, index keys, group state).
   std::vector<V41LayerCache> prefill_side_sources(std::vector<double> h, std::vector<double> pre,
