@@ -58,8 +58,9 @@ Runner add_spans(CLI::App& app) {
     std::string config;
     bool empirical = false;
     int64_t tokens = -1, prefix = -1;
-    uint64_t weight_seed = 0;
-    std::string fault = "none";
+    uint64_t weight_seed = 0, token_seed = 0;
+    std::string fault = "none", regime = "f64";
+    std::vector<std::string> conventions;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("spans", "replay spans: the oracle's, and with --empirical the ones found on the model");
@@ -70,9 +71,21 @@ Runner add_spans(CLI::App& app) {
   sub->add_option("--prefix", o->prefix, "prefix P of the encoder-resume search (default 1 + E(W-1) + W)")
       ->transform(integer_in(0, kMaxLength));
   sub->add_option("--weight-seed", o->weight_seed, "weight_seed of docs/spec.md §2")->capture_default_str()->transform(unsigned_integer());
+  sub->add_option("--regime", o->regime, "v41: f64 | bf16 | release (docs/v41.md §8.1)")->capture_default_str();
+  sub->add_option("--convention", o->conventions, "v41: the conventions to search (default all, docs/v41.md §13.1)");
+  sub->add_option("--token-seed", o->token_seed, "v41: the prompt's token_seed")->capture_default_str()->transform(unsigned_integer());
   // Test only, as in `ced run`: a model that breaks one span shows that its row alone fails the verdict.
   sub->add_option("--fault", o->fault, "test only: inject a fault into the searched model")->group("");
-  return {sub, [o] {
+  return {sub, [o, sub] {
+            if (names_v41_family(o->config)) {
+              if (o->prefix >= 0)
+                throw InputError("--prefix: the encoder-resume spans are not built yet on the v41 family");
+              V41SpansOptions v{o->config, o->empirical, o->tokens, o->weight_seed, o->token_seed, o->regime,
+                                o->conventions, o->fault};
+              return spans_v41(v);
+            }
+            refuse_given(sub, {"--regime", "--convention", "--token-seed"},
+                         fmt::format("an option of the v41 family; config {} is a lab config", o->config));
             const Config c = load_lab_config(o->config);
             const Fault fault = parse_fault(o->fault);
             const Plan p = make_plan(c);

@@ -10,13 +10,17 @@
 #include <charconv>
 #include <cstdlib>
 #include <map>
+#include <filesystem>
 #include <set>
+
+#include <omp.h>
 
 #include "checks/replay_budget.hpp"
 #include "io/hdf5_file.hpp"
 #include "io/untrusted.hpp"
 #include "model/error.hpp"
 #include "tools/common.hpp"
+#include "tools/v41_commands.hpp"
 
 extern char** environ;
 
@@ -175,12 +179,6 @@ void write_outputs(const std::string& out, const Config& c, const std::vector<st
                       : "; plots skipped: gnuplot not found (install gnuplot-nox)");
 }
 
-void check_writable(const std::string& out) {
-  const std::string probe = fmt::format("{}.probe.{}", out, ::getpid());
-  write_text_atomically(probe, "");
-  std::remove(probe.c_str());
-}
-
 }  // namespace
 
 Runner add_replay_budget(CLI::App& app) {
@@ -190,6 +188,8 @@ Runner add_replay_budget(CLI::App& app) {
     std::string shard;
     uint64_t bootstrap_seed = 0;
     std::string out;
+    std::vector<std::string> regimes, conventions;  // v41
+    int64_t speculative = 0;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("replay-budget", "error and cost against the replay span B, across seeds");
@@ -211,7 +211,42 @@ Runner add_replay_budget(CLI::App& app) {
       ->transform(unsigned_integer());
   sub->add_option("--shard", o->shard, "i/n: run shard i of n only and write PREFIX.h5 for `ced merge`");
   sub->add_option("--out", o->out, "output prefix")->required();
-  return {sub, [o, seeds] {
+  sub->add_option("--regime", o->regimes, "v41: regimes (default release f64, docs/v41.md §8.1)");
+  sub->add_option("--convention", o->conventions, "v41: replay conventions (default sglang vllm ascend, docs/v41.md §13.1)");
+  sub->add_option("--speculative", o->speculative, "v41: speculative tokens of a W + k tail (atom)")
+      ->transform(integer_in(0, kMaxLength));
+  return {sub, [o, seeds, sub] {
+            if (names_v41_family(o->model.config)) {
+              refuse_given(sub, {"--shard", "--decode", "--backend", "--bootstrap-seed", "--set"},
+                           "not an option of the v41 study yet (docs/v41.md §13.7)");
+              V41ReplayBudgetOptions v;
+              v.config = o->model.config;
+              v.lengths = o->budget.lengths;
+              v.replays = o->budget.replays;
+              v.token_seeds = o->budget.token_seeds;
+              if (*seeds)
+                for (int64_t s = 0, n = seeds->as<int64_t>(); s < n; ++s) v.token_seeds.push_back(uint64_t(s));
+              if (v.token_seeds.empty())
+                for (uint64_t s = 0; s < 8; ++s) v.token_seeds.push_back(s);
+              v.weight_seeds = o->budget.weight_seeds;
+              if (v.weight_seeds.empty()) v.weight_seeds = {o->model.weight_seed};
+              v.regimes = o->regimes.empty() ? std::vector<std::string>{"release", "f64"} : o->regimes;
+              v.conventions = o->conventions.empty() ? std::vector<std::string>{"sglang", "vllm", "ascend"} : o->conventions;
+              v.speculative = o->speculative;
+              v.out = o->out;
+              v.out_name = std::filesystem::path(o->out).filename().string();
+              v.threads = omp_get_max_threads();
+              v.command = fmt::format("ced replay-budget --config {} --tokens {} --token-seed-list {} --weight-seeds {} "
+                                      "--regime {} --convention {}{}{} --out {}",
+                                      v.config, fmt::join(v.lengths, " "), fmt::join(v.token_seeds, " "),
+                                      fmt::join(v.weight_seeds, " "), fmt::join(v.regimes, " "),
+                                      fmt::join(v.conventions, " "),
+                                      v.replays.empty() ? "" : fmt::format(" --replay {}", fmt::join(v.replays, " ")),
+                                      v.speculative ? fmt::format(" --speculative {}", v.speculative) : "", v.out_name);
+              return replay_budget_v41(v);
+            }
+            refuse_given(sub, {"--regime", "--convention", "--speculative"},
+                         fmt::format("an option of the v41 family; config {} is a lab config", o->model.config));
             Config c = o->model.load();
             const Plan p = make_plan(c);
             BudgetOptions& b = o->budget;

@@ -10,6 +10,8 @@
 #include <limits>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "io/atomic_write.hpp"
 #include "model/error.hpp"
 #include "models/family.hpp"
@@ -119,5 +121,11 @@ std::string first_config_difference(const Config& x, const Config& y, const std:
 }
 
 double process_cpu_seconds() { return double(std::clock()) / CLOCKS_PER_SEC; }
+
+void check_writable(const std::string& out) {
+  const std::string probe = fmt::format("{}.probe.{}", out, ::getpid());
+  write_text_atomically(probe, "");
+  std::remove(probe.c_str());
+}
 
 }  // namespace ced::tools

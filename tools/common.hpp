@@ -71,6 +71,9 @@ std::string first_config_difference(const Config& x, const Config& y, const std:
 
 // Writes `text` to `path` atomically (temporary file, then rename); InputError.
 void write_text_atomically(const std::string& path, const std::string& text);
+// Fails (InputError) up front if files named `out`.* cannot be written: a long study must not find out
+// at its end.
+void check_writable(const std::string& out);
 
 // Each add_* registers one subcommand; main runs the one that was parsed.
 struct Runner {

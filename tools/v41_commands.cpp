@@ -17,6 +17,7 @@
 #include "models/family.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/run_file.hpp"
+#include "models/v41/spans.hpp"
 #include "oracle/v41_oracle.hpp"
 #include "tools/common.hpp"
 
@@ -84,6 +85,8 @@ std::string logits_digest(const std::vector<double>& logits) {
 }
 
 }  // namespace
+
+v41::V41Config v41_config_named(const std::string& arg) { return v41_config(arg); }
 
 bool names_v41_family(const std::string& config_arg) { return family_of_config(config_arg).name == "v41"; }
 
@@ -226,6 +229,86 @@ int run_v41(const V41RunOptions& o) {
     std::printf("wrote %s\n", o.out.c_str());
   }
   return finite ? 0 : 1;
+}
+
+int spans_v41(const V41SpansOptions& o) {
+  const v41::V41Config c = v41_config(o.config);
+  const v41::V41Plan p = v41::make_v41_plan(c);
+  std::vector<const v41::V41ReplayConvention*> convs;
+  for (const auto& name : o.conventions) convs.push_back(&v41::v41_replay_convention(name));
+  if (convs.empty())
+    for (const auto& conv : v41::v41_replay_conventions()) convs.push_back(&conv);
+  std::printf("config %s (v41 family): L = %lld, E = %lld, W = %lld\n", c.name.c_str(), (long long)p.L,
+              (long long)p.E, (long long)p.W);
+  int64_t longest = 0;
+  for (const auto* conv : convs) longest = std::max(longest, v41::v41_exact_span(p, *conv));
+  if (!o.empirical) {
+    std::printf("%-10s %-9s %-10s %4s %11s %12s\n", "convention", "tail from", "cut layer", "F", "exact span",
+                "decode span");
+    for (const auto* conv : convs)
+      std::printf("%-10s %-9s %-10s %4lld %11lld %12lld\n", conv->name, conv->all_layers ? "layer 0" : "layer E",
+                  conv->floor_first_layer ? "floored" : "whole", (long long)v41::v41_floored_layers(p, *conv),
+                  (long long)v41::v41_exact_span(p, *conv), (long long)v41::v41_exact_decode_span(p, *conv));
+    return 0;
+  }
+  const v41::V41Regime regime = v41::v41_regime_from_name(o.regime);
+  const v41::V41Fault fault = v41::v41_fault_from_name(o.fault);
+  const int64_t N = o.tokens > 0 ? o.tokens : longest + p.W;
+  if (N + 1 > kMaxLength) throw InputError(fmt::format("--tokens {}: more than {} tokens", N, kMaxLength));
+  v41::check_v41_fits_in_memory(c);
+  const v41::V41Checkpoint ck = v41::make_v41_random_checkpoint(c, o.weight_seed);
+  v41::V41Model m(c, ck.weights, regime);
+  m.set_fault(fault);
+  m.set_captures(false);
+  const v41::V41EngramHashing hashing = v41::v41_checkpoint_hashing(c);
+  std::vector<int64_t> tokens;
+  for (int32_t v : make_tokens(o.token_seed, c.vocab_size, N + 1)) tokens.push_back(v);
+  std::printf("searching N = %lld (and one decode step), regime %s, weight_seed %llu, token_seed %llu; the probe "
+              "reads every window key a floor leaves out as NaN\n",
+              (long long)N, o.regime.c_str(), (unsigned long long)o.weight_seed, (unsigned long long)o.token_seed);
+  std::fflush(stdout);
+  struct Row {
+    const v41::V41ReplayConvention* conv;
+    v41::V41FoundSpans found;
+    double seconds;
+    const char* same_as;
+  };
+  std::vector<Row> rows;
+  Stopwatch all;
+  for (const auto* conv : convs) {
+    // A preset whose data another's already searched has its spans (trtllm's are sglang's).
+    const auto same = std::find_if(rows.begin(), rows.end(), [&](const Row& r) {
+      return r.conv->all_layers == conv->all_layers && r.conv->floor_first_layer == conv->floor_first_layer;
+    });
+    if (same != rows.end()) {
+      rows.push_back({conv, same->found, 0.0, same->conv->name});
+      continue;
+    }
+    Stopwatch sw;
+    const v41::V41FoundSpans f = v41::v41_empirical_spans(m, tokens, hashing, *conv, [&](const std::string& line) {
+      std::fprintf(stderr, "  [%7.1fs] %s\n", all.seconds(), line.c_str());
+    });
+    rows.push_back({conv, f, sw.seconds(), nullptr});
+  }
+  std::printf("%-10s %11s %8s %12s %8s %13s %10s %9s  %s\n", "convention", "exact span", "found", "decode span",
+              "found", "bitwise from", "at found", "seconds", "verdict");
+  bool agree = true;
+  for (const Row& r : rows) {
+    const int64_t span = v41::v41_exact_span(p, *r.conv), dspan = v41::v41_exact_decode_span(p, *r.conv);
+    // A span past the prompt cannot be found in it: the search would end at N.
+    const bool ok = r.found.last_probe == std::min(span, N) && r.found.decode_probe == std::min(dspan, N) &&
+                    r.found.bitwise_at_probe && r.found.last_bitwise <= r.found.last_probe;
+    agree = agree && ok;
+    std::printf("%-10s %11lld %8lld %12lld %8lld %13lld %10s %9s  %s\n", r.conv->name, (long long)span,
+                (long long)r.found.last_probe, (long long)dspan, (long long)r.found.decode_probe,
+                (long long)r.found.last_bitwise, r.found.bitwise_at_probe ? "bitwise" : "DIFFERS",
+                r.same_as ? fmt::format("= {}", r.same_as).c_str() : fmt::format("{:.1f}", r.seconds).c_str(),
+                ok ? "ok" : "MISMATCH");
+  }
+  std::printf("found = the fewest replayed rows whose last logits (decode: next step's) stay finite under the probe; "
+              "bitwise from = the fewest whose last logits are the full prefill's bits (rounding can absorb the "
+              "cone's far end); at found = the replay of `found` rows bitwise the prefill\n");
+  return agree ? 0 : 1;
 }
 
 }  // namespace ced::tools

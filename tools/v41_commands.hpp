@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "models/v41/config.hpp"
+
 namespace ced::tools {
 
 // Whether a --config argument names the v41 family (models/family.hpp decides).
@@ -42,5 +44,36 @@ struct V41RunOptions {
   std::string out;         // the v41 run file to write ("" : print only)
 };
 int run_v41(const V41RunOptions& o);
+
+// `ced spans` on a v41 config (docs/v41.md §13.5): each convention's spans as the plan states them, and
+// with `empirical` as the model shows them (the floor probe's cones, the first bitwise replay).
+struct V41SpansOptions {
+  std::string config;
+  bool empirical = false;
+  int64_t tokens = -1;  // the searched prompt (default: the longest span + W)
+  uint64_t weight_seed = 0, token_seed = 0;
+  std::string regime = "f64";
+  std::vector<std::string> conventions;  // empty: every preset
+  std::string fault = "none";            // test only: a planted v41 fault
+};
+int spans_v41(const V41SpansOptions& o);
+
+// `ced replay-budget` on a v41 config (docs/v41.md §13.7): every convention's replays against exact
+// recovery over seeds, regimes and lengths; writes OUT.md (the results page), OUT.csv, OUT-samples.csv
+// and OUT-drift.csv.
+struct V41ReplayBudgetOptions {
+  std::string config;
+  std::vector<int64_t> lengths, replays;  // replays empty: W .. 16W, each convention's decode and exact spans
+  std::vector<uint64_t> token_seeds, weight_seeds;
+  std::vector<std::string> regimes, conventions;
+  int64_t speculative = 0;
+  std::string out, out_name;  // the prefix, and its file name for the page
+  int threads = 1;            // for the page
+  std::string command;        // the command line, for the page
+};
+int replay_budget_v41(const V41ReplayBudgetOptions& o);
+
+// A v41 config named by --config: a built-in or a config file (InputError).
+v41::V41Config v41_config_named(const std::string& arg);
 
 }  // namespace ced::tools

@@ -93,10 +93,10 @@ TEST(Cli, RunningTheLabModelAtTheReleasedSizesOnTheCpuIsRefusedWithAMemoryEstima
 
 // A command of the lab family given a v41 config names the family and the backends the registry has for
 // it, rather than taking the name for a missing TOML file; no output is written. (`ced oracle` has the
-// release's oracle for a v41 config: unit-tests/v41_cli_test.cpp.)
+// release's oracle, `ced spans` and `ced replay-budget` their v41 forms: unit-tests/v41_cli_test.cpp.)
 TEST(Cli, ALabCommandGivenAV41ConfigIsRefusedNamingItsFamilyAndItsBackends) {
   for (const std::string& cmd : {"replay-error --config v41-tiny --tokens 4 --out " + (scratch() / "v.h5").string(),
-                                std::string("spans --config v41-ced")}) {
+                                std::string("verify --config v41-ced")}) {
     expect_usage_error(cmd, "a config of the v41 model family (docs/v41.md), which runs on v41-reference");
   }
   EXPECT_FALSE(fs::exists(scratch() / "v.h5"));

@@ -300,4 +300,50 @@ TEST(V41Cli, BadInputIsOneLineAndExit2) {
   expect_refused("run --checkpoint " + cut.string() + " --tokens 3", "v41 checkpoint");
 }
 
+
+TEST(V41Cli, SpansOnTheModelAreThePlansForEveryConventionAndAPlantedFloorBugIsAMismatch) {
+  const test::Result r = ced("spans --config v41-tiny --empirical");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // convention, exact span, found, decode span, found
+  for (const char* row : {"sglang              46       46           45       45",
+                          "vllm                31       31           30       30",
+                          "ascend              91       91           90       90"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  EXPECT_EQ(r.out.find("MISMATCH"), std::string::npos);
+  const test::Result plain = ced("spans --config v41-flash");
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_NE(plain.out.find("ascend     layer 0   floored      40        5081         5080"), std::string::npos)
+      << plain.out;
+  // The floor compared with a tail row's index: the probe's cone is no longer the replay's, nor its bits.
+  const test::Result bad = ced("spans --config v41-tiny --empirical --convention sglang --fault ced-floor-on-row-index");
+  EXPECT_EQ(bad.code, 1) << bad.out << bad.err;
+  EXPECT_NE(bad.out.find("MISMATCH"), std::string::npos) << bad.out;
+  expect_refused("spans --config v41-tiny --empirical --convention chiro", "replay convention 'chiro'");
+  expect_refused("spans --config tiny --regime f64", "an option of the v41 family");
+}
+
+TEST(V41Cli, TheReplayBudgetWritesItsPageAndTablesAndIsExactFromTheSpanOn) {
+  const fs::path out = scratch() / "budget";
+  const test::Result r = ced("replay-budget --config v41-tiny --tokens 60 --token-seeds 2 --regime release "
+                             "--convention sglang vllm --replay 16 31 46 --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  for (const char* ext : {".md", ".csv", "-samples.csv", "-drift.csv"})
+    EXPECT_TRUE(fs::exists(out.string() + ext)) << ext;
+  std::ifstream in(out.string() + ".csv");
+  std::string csv((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // regime,N,convention,K,samples,...,exact (bitwise fraction),...: at its span each convention is bitwise
+  // exact on both samples; vllm from 31, sglang not before 46.
+  EXPECT_NE(csv.find("release,60,sglang,46,2,0.000000e+00,0.000000e+00,1.0000,0.000000e+00,0.000000e+00,1.0000"),
+            std::string::npos) << csv;
+  EXPECT_NE(csv.find("release,60,vllm,31,2,0.000000e+00,0.000000e+00,1.0000,0.000000e+00,0.000000e+00,1.0000"),
+            std::string::npos) << csv;
+  EXPECT_EQ(csv.find("release,60,sglang,16,2,0.000000e+00"), std::string::npos) << csv;
+  std::ifstream page(out.string() + ".md");
+  std::string md((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("| release | 60 | sglang | 16 |"), std::string::npos) << md;
+  expect_refused("replay-budget --config v41-tiny --tokens 60 --convention chiro --out " + out.string(),
+                 "replay convention 'chiro'");
+  expect_refused("replay-budget --config v41-tiny --tokens 60 --shard 0/2 --out " + out.string(), "--shard");
+}
+
 }  // namespace

@@ -197,13 +197,17 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
     const int64_t W = c.window_size;
     L.cache->window.assign(static_cast<size_t>(W * hd), 0.0);
     for (int64_t t = std::max<int64_t>(0, N - W); t < N; ++t)
-      std::copy_n(kv.begin() + t * hd, hd, L.cache->window.begin() + ((P0 + t) % W) * hd);
+      std::copy_n(kv.begin() + t * hd, hd,
+                  L.cache->window.begin() + ((L.fault == V41Fault::ced_ring_slot_of_row ? t : P0 + t) % W) * hd);
   }
   const bool probe = L.floor_probe && (P0 > 0 || L.window_floor > 0);
   std::vector<int32_t> win = probe ? probe_window_idxs(N, c.window_size, P0, L.window_floor)
                                    : window_topk_idxs(N, c.window_size);
-  for (int32_t& i : win)  // a floored window: the keys below the replay's first row are not there
-    if (i >= 0 && P0 + i < L.window_floor) i = -1;
+  // A floored window: the keys below the replay's first row are not there (the planted fault compares
+  // the floor with the row's index in the tail, as a port that masks on the wrong positions does).
+  const int64_t floor_base = L.fault == V41Fault::ced_floor_on_row_index ? 0 : P0;
+  for (int32_t& i : win)
+    if (i >= 0 && floor_base + i < L.window_floor) i = -1;
   int64_t kw = probe ? c.window_size : std::min(N, c.window_size), kc = 0;
   std::vector<int32_t> comp;
 

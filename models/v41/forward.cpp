@@ -68,7 +68,9 @@ const char* v41_index_scores_name(V41IndexScores s) { return s == V41IndexScores
 const std::vector<std::string>& v41_fault_names() {
   static const std::vector<std::string> names = {"none", "v4-q-norm", "one-rope-theta", "unrotated-compressed-keys",
                                                  "unclamped-shared-expert", "mhc-same-sublayer",
-                                                 "decode-group-rope-at-step", "decode-fresh-compressor"};
+                                                 "decode-group-rope-at-step", "decode-fresh-compressor",
+                                                 "ced-ring-slot-of-row", "ced-floor-on-row-index",
+                                                 "ced-cut-floor-flipped"};
   return names;
 }
 
@@ -300,6 +302,11 @@ V41ForwardResult V41Model::forward(std::span<const int64_t> tokens, const V41Eng
   return run_stack(tokens, hashing, 0, nullptr, state);
 }
 
+void V41Model::keep_last_row(V41LayerCapture& cap, const std::vector<double>& streams) const {
+  const auto row = static_cast<std::ptrdiff_t>(config_.hc_mult * config_.dim);
+  cap.out.assign(streams.end() - row, streams.end());
+}
+
 V41ForwardResult V41Model::run_stack(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t S,
                                      const V41ReplayConvention* conv, V41DecodeState* state) const {
   // The first layer cut to the tail: none in a prefill (the encoding is every layer).
@@ -332,6 +339,7 @@ V41CedEncoding V41Model::encode_below(std::span<const int64_t> tokens, const V41
     V41LayerCapture cap = run_rows(l, enc.h, enc.pre, enc.N, layer_hash_ids(enc, lp, 0), enc.shared,
                                    caches ? &enc.caches[static_cast<size_t>(l)] : nullptr, 0, 0);
     enc.h = captures_ ? cap.out : std::move(cap.out);
+    if (!captures_) keep_last_row(cap, enc.h);
     enc.pre = cap.ffn_pre;
     enc.layers.push_back(std::move(cap));
   }
@@ -360,7 +368,7 @@ V41ForwardResult V41Model::forward_ced(const V41CedEncoding& enc, int64_t replay
 V41ForwardResult V41Model::replay_tail(V41CedEncoding enc, int64_t S, const V41ReplayConvention* conv,
                                        V41DecodeState* state) const {
   const int64_t N = enc.N, R = N - S, cut = enc.cut;
-  const bool floor_cut = S > 0 && conv->floor_first_layer;
+  const bool floor_cut = S > 0 && (conv->floor_first_layer != (fault_ == V41Fault::ced_cut_floor_flipped));
   V41ForwardResult out;
   out.N = N;
   out.first_row = S;
@@ -396,6 +404,7 @@ V41ForwardResult V41Model::replay_tail(V41CedEncoding enc, int64_t S, const V41R
       const V41LayerCache* src = lp.owns_compressor && !enc.sources.empty() ? &enc.sources[static_cast<size_t>(l)] : nullptr;
       cap = run_rows(l, h, pre, R, layer_hash_ids(enc, lp, S), shared, cache, S, S, src);
       h = captures_ ? cap.out : std::move(cap.out);
+      if (!captures_) keep_last_row(cap, h);
       pre = cap.ffn_pre;
     }
     out.layers.push_back(std::move(cap));

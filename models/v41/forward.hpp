@@ -64,6 +64,11 @@ enum class V41Fault {
                               // position, not at its first token's (start_pos + 1 - ratio)
   decode_fresh_compressor,    // decode: the compressor's partial group started empty, the prefill's
                               // trailing tokens of it dropped (a lost hand-off of kv_state)
+  ced_ring_slot_of_row,       // ced: a tail's window ring seeded at slot r mod W of its row r, not at
+                              // (offset + r) mod W of its position
+  ced_floor_on_row_index,     // ced: the window floor compared with a tail row's index, not its position
+  ced_cut_floor_flipped,      // ced: the cut layer's window floored where the convention keeps it whole,
+                              // and whole where it floors it
 };
 const std::vector<std::string>& v41_fault_names();  // "none", "v4-q-norm", ... (the enum's order)
 V41Fault v41_fault_from_name(std::string_view name);  // InputError naming the known ones
@@ -207,7 +212,8 @@ class V41Model {
   void set_options(const V41Options& o) { options_ = o; }
   const V41Options& options() const { return options_; }
   // Whether a forward keeps every capture (the default; run files and the gate read them) or only the
-  // small ones (selections, experts, the mixes): a run that writes none skips copying the rest.
+  // small ones (selections, experts, the mixes, each layer's output on the last row only): a run that
+  // writes none skips copying the rest.
   void set_captures(bool all) { captures_ = all; }
   // Plants a negative control (V41Fault) in every later forward; none removes it.
   void set_fault(V41Fault f) { fault_ = f; }
@@ -302,6 +308,8 @@ class V41Model {
   // The cut layer and those above it on an encoding, the tail from row S (S = 0: every row).
   V41ForwardResult replay_tail(V41CedEncoding enc, int64_t S, const V41ReplayConvention* convention,
                                V41DecodeState* state) const;
+  // Without every capture, a layer's output streams [hc, dim] of the last row only.
+  void keep_last_row(V41LayerCapture& cap, const std::vector<double>& streams) const;
   // A layer's Engram hash ids [rows, cols] for the rows from S (empty without Engram).
   std::vector<int64_t> layer_hash_ids(const V41CedEncoding& enc, const LayerPlan& lp, int64_t S) const;
   // The all-layers tail's prefill side: layers 0 .. E - 1 on every row from the embedding h and pre_mix,

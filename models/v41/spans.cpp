@@ -1,0 +1,100 @@
+// docs/v41.md §13.5: the spans found on the model. See spans.hpp.
+#include "models/v41/spans.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "model/error.hpp"
+
+namespace ced::v41 {
+namespace {
+
+bool finite(std::span<const double> v) {
+  return std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+}
+
+std::span<const double> last_row(const V41ForwardResult& r, int64_t V) {
+  return std::span<const double>(r.logits).last(static_cast<size_t>(V));
+}
+
+// Restores the model's floor probe however the search leaves.
+struct ProbeOff {
+  V41Model& m;
+  ~ProbeOff() { m.set_floor_probe(false); }
+};
+
+}  // namespace
+
+int64_t v41_fewest(int64_t n, const std::function<bool(int64_t)>& pred) {
+  int64_t lo = 1, hi = n;  // pred(hi) holds; every K < lo fails
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (pred(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  return hi;
+}
+
+V41FoundSpans v41_empirical_spans(V41Model& m, std::span<const int64_t> tokens, const V41EngramHashing& hashing,
+                                  const V41ReplayConvention& convention,
+                                  const std::function<void(const std::string&)>& progress) {
+  if (tokens.size() < 2) throw InputError("v41 spans: the search needs a prompt and a decode token");
+  const std::span<const int64_t> prompt = tokens.first(tokens.size() - 1);
+  const int64_t N = static_cast<int64_t>(prompt.size()), V = m.config().vocab_size;
+  const int64_t step_token = tokens.back();
+  V41FoundSpans found;
+  auto say = [&](const char* what, int64_t K, bool ok) {
+    if (progress) progress(fmt::format("{} {}: K = {}: {}", convention.name, what, K, ok ? "exact" : "inexact"));
+  };
+  ProbeOff restore{m};
+  // The layers below the cut are the same for every K: computed once per search kind (the probe's
+  // NaN keys never reach them, but its encoding keeps the decode buffers).
+  m.set_floor_probe(true);
+  const V41CedEncoding probed_enc = m.ced_encoding(prompt, hashing, convention, true);
+  std::map<int64_t, std::pair<bool, bool>> probed;  // K -> (last logits finite, the step's finite)
+  auto probe = [&](int64_t K) {
+    auto it = probed.find(K);
+    if (it == probed.end()) {
+      V41DecodeState state;
+      const V41ForwardResult r = m.forward_ced(probed_enc, K, convention, &state);
+      const V41ForwardResult step = m.decode_step(step_token, hashing, state);
+      ++found.runs;
+      it = probed.emplace(K, std::pair{finite(last_row(r, V)), finite(step.logits)}).first;
+    }
+    return it->second;
+  };
+  found.last_probe = v41_fewest(N, [&](int64_t K) {
+    const bool ok = probe(K).first;
+    say("last logits (probe)", K, ok);
+    return ok;
+  });
+  found.decode_probe = v41_fewest(N, [&](int64_t K) {
+    const bool ok = probe(K).second;
+    say("next decode step (probe)", K, ok);
+    return ok;
+  });
+  m.set_floor_probe(false);
+  const V41CedEncoding enc = m.ced_encoding(prompt, hashing, convention, false);
+  const V41ForwardResult full = m.forward_ced(enc, N, convention);
+  const std::span<const double> want = last_row(full, V);
+  auto bitwise = [&](int64_t K) {
+    const V41ForwardResult r = m.forward_ced(enc, K, convention);
+    ++found.runs;
+    const std::span<const double> got = last_row(r, V);
+    return std::equal(got.begin(), got.end(), want.begin());
+  };
+  found.last_bitwise = v41_fewest(N, [&](int64_t K) {
+    const bool ok = bitwise(K);
+    say("last logits (bitwise)", K, ok);
+    return ok;
+  });
+  found.bitwise_at_probe = bitwise(found.last_probe);
+  return found;
+}
+
+}  // namespace ced::v41

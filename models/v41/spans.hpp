@@ -1,0 +1,34 @@
+#pragma once
+// docs/v41.md §13.5: the replay spans of a convention found on the model, beside the ones the plan
+// states (v41_exact_span, v41_exact_decode_span). Three searches over the replayed rows K of one prompt:
+// the fewest for which the last position's logits are finite under the floor probe (its cone replayed),
+// the fewest for which the next decode step's are, and the fewest for which the last logits are bitwise
+// the full prefill's (where rounding may absorb the cone's far end: at most the probe's).
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+
+#include "models/v41/forward.hpp"
+
+namespace ced::v41 {
+
+struct V41FoundSpans {
+  int64_t last_probe = 0;    // the last position's cone, found with the floor probe
+  int64_t decode_probe = 0;  // the next decode step's cone
+  int64_t last_bitwise = 0;  // the last logits bitwise the prefill's (binary search: from some K on)
+  bool bitwise_at_probe = false;  // the replay of last_probe rows bitwise the prefill's (its cone is whole)
+  int64_t runs = 0;          // replays run (each K once per search kind)
+};
+
+// The smallest K in [1, n] with pred(K), for a predicate false below some K0 and true from it (pred(n)
+// must hold); a binary search of about log2(n) calls.
+int64_t v41_fewest(int64_t n, const std::function<bool(int64_t)>& pred);
+
+// Searches a prompt of tokens.size() - 1 rows (the last token is the decode step's) under the convention.
+// The model's floor probe is switched on for the probe searches and restored. progress: one line a call.
+V41FoundSpans v41_empirical_spans(V41Model& m, std::span<const int64_t> tokens, const V41EngramHashing& hashing,
+                                  const V41ReplayConvention& convention,
+                                  const std::function<void(const std::string&)>& progress = {});
+
+}  // namespace ced::v41
