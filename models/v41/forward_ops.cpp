@@ -49,7 +49,13 @@ constexpr int64_t vector_at(int64_t j, int64_t k, int64_t rows) {
 [[gnu::always_inline]] inline void fused_add(VecB<float, 64>& acc, float x, const VecB<float, 64>& w) {
   VecB<float, 64> xb;
   for (int64_t l = 0; l < 16; ++l) xb[l] = x;
+#if defined(__clang__)
+  // clang checks the builtin's target feature on this function, not where it is inlined: the libFuzzer
+  // build (clang) takes the fused multiply-add a lane at a time, the same single rounding.
+  for (int64_t l = 0; l < 16; ++l) acc[l] = std::fma(xb[l], w[l], acc[l]);
+#else
   acc = __builtin_ia32_vfmaddps512_mask(xb, w, acc, static_cast<__mmask16>(0xFFFF), _MM_FROUND_CUR_DIRECTION);
+#endif
 }
 #pragma GCC diagnostic pop
 
