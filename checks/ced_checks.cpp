@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "io/hdf5_file.hpp"
+#include "model/bisect.hpp"
 #include "oracle/analytic.hpp"
 #include "models/lab/reference/replays.hpp"
 
@@ -42,19 +43,6 @@ std::string expect_capture(const RunResult& r, const Plan& p, const char* what) 
 }
 
 bool last_finite(const RunResult& r) { return r.logits.row(r.logits.rows() - 1).allFinite(); }
-
-// Smallest K in [1, N] with pred(K) true, assuming monotone; -1 if none.
-template <class Pred>
-int64_t min_true(int64_t N, Pred pred) {
-  if (!pred(N)) return -1;
-  int64_t lo = 1, hi = N;
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (pred(mid)) hi = mid;
-    else lo = mid + 1;
-  }
-  return lo;
-}
 
 RunRequest ced_req(const Model& m, int64_t N, int64_t K, int64_t decode, bool poison, bool last_only) {
   RunRequest r = m.request(Mode::Ced, N, std::to_string(K), decode);
@@ -104,7 +92,7 @@ std::string check_min_exact_replay(const Model& m, int64_t N) {
   const int64_t want = predicted_min_exact_replay(m.p, N);
   const auto session = open_replays(*m.be, ced_req(m, N, N, 0, true, true));  // the encoder once (models/lab/reference/replays.hpp)
   auto exact = [&](int64_t K) { return last_finite(session->run(ced_req(m, N, K, 0, true, true))); };
-  const int64_t got = min_true(N, exact);
+  const int64_t got = fewest_true(N, exact);
   if (got != want) return fmt::format("N {}: minimal exact replay found {}, oracle {}", N, got, want);
   if (want > 1 && exact(want - 1)) return fmt::format("N {}: replay {} already exact", N, want - 1);
   auto full = m.request(Mode::Full, N);
@@ -121,7 +109,7 @@ std::string check_decode_bound(const Model& m, int64_t N, int64_t steps) {
     const RunResult r = session->run(ced_req(m, N, K, steps, true, true));
     return r.logits.bottomRows(steps).allFinite();
   };
-  const int64_t got = min_true(N, decode_exact);
+  const int64_t got = fewest_true(N, decode_exact);
   if (got != want) return fmt::format("N {}: minimal exact-decode replay found {}, oracle {}", N, got, want);
   if (want > 1 && decode_exact(want - 1)) return fmt::format("N {}: replay {} already decodes exactly", N, want - 1);
   const RunResult full = m.full(N, steps);
@@ -348,12 +336,12 @@ Spans empirical_spans(const Model& m, int64_t N, int64_t P,
     }
     return it->second;
   };
-  s.exact_last = min_true(N, [&](int64_t K) {
+  s.exact_last = fewest_true(N, [&](int64_t K) {
     const bool ok = probe(K).first;
     say("decoder, last logits (probe)", K, ok);
     return ok;
   });
-  s.exact_decode = min_true(N, [&](int64_t K) {
+  s.exact_decode = fewest_true(N, [&](int64_t K) {
     const bool ok = probe(K).second;
     say("decoder, next decode step (probe)", K, ok);
     return ok;
@@ -361,7 +349,7 @@ Spans empirical_spans(const Model& m, int64_t N, int64_t P,
   auto full = m.request(Mode::Full, N);
   full.logits = LogitsScope::Last;
   const MatD want = m.run(full).logits;
-  s.numeric_last = min_true(N, [&](int64_t K) {
+  s.numeric_last = fewest_true(N, [&](int64_t K) {
     const bool ok = bits_equal(decoder->run(ced_req(m, N, K, 0, false, true)).logits, want);
     say("decoder, last logits (bitwise)", K, ok);
     return ok;
@@ -397,8 +385,8 @@ Spans empirical_spans(const Model& m, int64_t N, int64_t P,
       say(pos < P ? "encoder resume, H_E at P-1 (probe)" : "encoder resume, H_E at P (probe)", Kr, ok);
       return ok;
     };
-    s.enc_exact_hidden = min_true(P, [&](int64_t Kr) { return hidden_finite(Kr, P - 1); });
-    s.enc_exact_next = min_true(P, [&](int64_t Kr) { return hidden_finite(Kr, P); });
+    s.enc_exact_hidden = fewest_true(P, [&](int64_t Kr) { return hidden_finite(Kr, P - 1); });
+    s.enc_exact_next = fewest_true(P, [&](int64_t Kr) { return hidden_finite(Kr, P); });
   }
   return s;
 }

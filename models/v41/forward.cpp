@@ -332,7 +332,7 @@ V41CedEncoding V41Model::encode_below(std::span<const int64_t> tokens, const V41
   enc.pre = initial_pre_mix(enc.N);
   // The all-layers tail: the prefill side's pass writes every kv source's compressed KV and index keys
   // up to E over every row (layer E's by the source-only write); the replay's kv sources read them.
-  if (prefill_side) enc.sources = prefill_side_sources(enc.h, enc.pre, enc.hashes, enc.N);
+  if (prefill_side) enc.sources = prefill_side_sources(tokens, hashing);
   if (caches) enc.caches.resize(plan_.layers.size());
   for (int64_t l = 0; l < cut; ++l) {
     const LayerPlan& lp = plan_[l];
@@ -414,22 +414,12 @@ V41ForwardResult V41Model::replay_tail(V41CedEncoding enc, int64_t S, const V41R
   return out;
 }
 
-std::vector<V41LayerCache> V41Model::prefill_side_sources(std::vector<double> h, std::vector<double> pre,
-                                                          std::span<const int64_t> hashes, int64_t N) const {
-  std::vector<V41LayerCache> sources(plan_.layers.size());
-  V41SharedAttention shared;
-  int64_t engram_index = 0;
-  for (const LayerPlan& lp : plan_.layers) {
-    if (lp.layer == plan_.E) {
-      sources[static_cast<size_t>(lp.layer)] = source_write(lp.layer, h, pre, N);
-      break;
-    }
-    std::vector<int64_t> ids;
-    if (lp.engram) ids = engram_layer_hash_ids(hashes, N, engram_index++);
-    V41LayerCapture cap = run_rows(lp.layer, h, pre, N, ids, shared, &sources[static_cast<size_t>(lp.layer)], 0, 0);
-    h = std::move(cap.out);
-    pre = std::move(cap.ffn_pre);
-  }
+std::vector<V41LayerCache> V41Model::prefill_side_sources(std::span<const int64_t> tokens,
+                                                          const V41EngramHashing& hashing) const {
+  // The prefill's layers below E on every row, their caches kept, then layer E's source-only write.
+  V41CedEncoding side = encode_below(tokens, hashing, plan_.E, false, true);
+  std::vector<V41LayerCache> sources = std::move(side.caches);
+  sources[static_cast<size_t>(plan_.E)] = source_write(plan_.E, side.h, side.pre, side.N);
   return sources;
 }
 

@@ -312,10 +312,10 @@ class V41Model {
   void keep_last_row(V41LayerCapture& cap, const std::vector<double>& streams) const;
   // A layer's Engram hash ids [rows, cols] for the rows from S (empty without Engram).
   std::vector<int64_t> layer_hash_ids(const V41CedEncoding& enc, const LayerPlan& lp, int64_t S) const;
-  // The all-layers tail's prefill side: layers 0 .. E - 1 on every row from the embedding h and pre_mix,
-  // then layer E's source-only write; each kv source's cache (compressed KV, index keys, group state).
-  std::vector<V41LayerCache> prefill_side_sources(std::vector<double> h, std::vector<double> pre,
-                                                  std::span<const int64_t> hashes, int64_t N) const;
+  // The all-layers tail's prefill side: layers 0 .. E - 1 on every row (encode_below to E), then layer E's
+  // source-only write; each kv source's cache (compressed KV, index keys, group state).
+  std::vector<V41LayerCache> prefill_side_sources(std::span<const int64_t> tokens,
+                                                  const V41EngramHashing& hashing) const;
   template <typename Attend>
   V41LayerCapture block(const fwd::LayerCtx& L, std::span<const double> streams, std::span<const double> pre_mix,
                         std::span<const int64_t> hash_ids, Attend attend) const;

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/bisect.hpp"
 #include "model/error.hpp"
 
 namespace ced::v41 {
@@ -29,16 +30,6 @@ struct ProbeOff {
 };
 
 }  // namespace
-
-int64_t v41_fewest(int64_t n, const std::function<bool(int64_t)>& pred) {
-  int64_t lo = 1, hi = n;  // pred(hi) holds; every K < lo fails
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (pred(mid)) hi = mid;
-    else lo = mid + 1;
-  }
-  return hi;
-}
 
 V41FoundSpans v41_empirical_spans(V41Model& m, std::span<const int64_t> tokens, const V41EngramHashing& hashing,
                                   const V41ReplayConvention& convention,
@@ -68,12 +59,12 @@ V41FoundSpans v41_empirical_spans(V41Model& m, std::span<const int64_t> tokens, 
     }
     return it->second;
   };
-  found.last_probe = v41_fewest(N, [&](int64_t K) {
+  found.last_probe = fewest_true(N, [&](int64_t K) {
     const bool ok = probe(K).first;
     say("last logits (probe)", K, ok);
     return ok;
   });
-  found.decode_probe = v41_fewest(N, [&](int64_t K) {
+  found.decode_probe = fewest_true(N, [&](int64_t K) {
     const bool ok = probe(K).second;
     say("next decode step (probe)", K, ok);
     return ok;
@@ -88,12 +79,12 @@ V41FoundSpans v41_empirical_spans(V41Model& m, std::span<const int64_t> tokens, 
     const std::span<const double> got = last_row(r, V);
     return std::equal(got.begin(), got.end(), want.begin());
   };
-  found.last_bitwise = v41_fewest(N, [&](int64_t K) {
+  found.last_bitwise = fewest_true(N, [&](int64_t K) {
     const bool ok = bitwise(K);
     say("last logits (bitwise)", K, ok);
     return ok;
   });
-  found.bitwise_at_probe = bitwise(found.last_probe);
+  found.bitwise_at_probe = found.last_probe > 0 && bitwise(found.last_probe);
   return found;
 }
 

@@ -14,16 +14,13 @@
 namespace ced::v41 {
 
 struct V41FoundSpans {
+  // Each -1 when even every row replayed fails (model/bisect.hpp).
   int64_t last_probe = 0;    // the last position's cone, found with the floor probe
   int64_t decode_probe = 0;  // the next decode step's cone
   int64_t last_bitwise = 0;  // the last logits bitwise the prefill's (binary search: from some K on)
   bool bitwise_at_probe = false;  // the replay of last_probe rows bitwise the prefill's (its cone is whole)
   int64_t runs = 0;          // replays run (each K once per search kind)
 };
-
-// The smallest K in [1, n] with pred(K), for a predicate false below some K0 and true from it (pred(n)
-// must hold); a binary search of about log2(n) calls.
-int64_t v41_fewest(int64_t n, const std::function<bool(int64_t)>& pred);
 
 // Searches a prompt of tokens.size() - 1 rows (the last token is the decode step's) under the convention.
 // The model's floor probe is switched on for the probe searches and restored. progress: one line a call.
