@@ -78,10 +78,8 @@ Runner add_spans(CLI::App& app) {
   sub->add_option("--fault", o->fault, "test only: inject a fault into the searched model")->group("");
   return {sub, [o, sub] {
             if (names_v41_family(o->config)) {
-              if (o->prefix >= 0)
-                throw InputError("--prefix: the encoder-resume spans are not built yet on the v41 family");
               V41SpansOptions v{o->config, o->empirical, o->tokens, o->weight_seed, o->token_seed, o->regime,
-                                o->conventions, o->fault};
+                                o->conventions, o->fault, o->prefix};
               return spans_v41(v);
             }
             refuse_given(sub, {"--regime", "--convention", "--token-seed"},

@@ -1,7 +1,10 @@
-// `ced verify`: the main job. On the embedded default config: the config and
-// layer plan, the oracle table, a quick property run, the golden gate, a
-// replay-drift summary and, with a GPU, the CUDA side-by-side. Exit 1 if any
-// part fails.
+// `ced verify`: the main job. On the embedded default config, the released
+// architecture (v41-ced): its plan, the release's oracle, the CED properties,
+// the golden gate against DeepSeek's code, the spans and the drift per
+// convention (tools/v41_verify.cpp); then the lab model's section: its plan,
+// oracle, a quick property run, its golden gate, a replay-drift summary and,
+// with a GPU, the CUDA side-by-side. A lab config runs the lab section alone.
+// Exit 1 if any part fails.
 #include <fmt/format.h>
 
 #include "model/error.hpp"
@@ -10,6 +13,7 @@
 #include "tools/common.hpp"
 #include "golden/golden_set.hpp"
 #include "checks/replay_sweep.hpp"
+#include "tools/v41_commands.hpp"
 
 namespace ced::tools {
 using prop::drift_csv;
@@ -19,7 +23,8 @@ using prop::replay_sweep;
 using prop::SweepOptions;
 namespace {
 
-constexpr const char* kDefaultConfig = "v41-shape";
+constexpr const char* kDefaultConfig = "v41-ced";
+constexpr const char* kDefaultLabConfig = "v41-shape";
 
 void heading(const std::string& s) { std::printf("\n== %s\n", s.c_str()); }
 
@@ -55,19 +60,31 @@ std::vector<std::string> quick_properties(const Config& c) {
 
 Runner add_verify(CLI::App& app) {
   struct Opts {
-    std::string config = kDefaultConfig;
+    std::string config = kDefaultConfig, lab_config = kDefaultLabConfig;
     std::string golden = golden::default_golden_dir().string();
+    std::string golden_v41 = (golden::default_golden_dir() / "v41").string();
     bool skip_drift = false;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("verify", "the main job: plan, oracle, properties, golden gate, replay drift, CUDA");
-  sub->add_option("--config", o->config, "config whose plan, oracle and drift are reported")->capture_default_str();
-  sub->add_option("--golden", o->golden, "golden directory")->capture_default_str();
+  sub->add_option("--config", o->config, "config whose plan, oracle and drift are reported (a v41 config: then the "
+                                        "lab section on --lab-config)")->capture_default_str();
+  sub->add_option("--lab-config", o->lab_config, "the lab section's config after a v41 one")->capture_default_str();
+  sub->add_option("--golden", o->golden, "the lab model's golden directory")->capture_default_str();
+  sub->add_option("--golden-v41", o->golden_v41, "the official code's golden files (v41)")->capture_default_str();
   sub->add_flag("--skip-drift", o->skip_drift, "skip the replay-drift summary");
   return {sub, [o] {
             Stopwatch sw;
             std::vector<std::string> failures;
-            const Config c = load_lab_config(o->config);
+            std::string lab = o->config;
+            if (names_v41_family(o->config)) {
+              std::printf("ced verify (ced-harness %s): config %s, then the lab model's %s\n", CED_VERSION,
+                          o->config.c_str(), o->lab_config.c_str());
+              verify_v41(o->config, o->golden_v41, o->skip_drift, failures);
+              lab = o->lab_config;
+              heading("the lab model (docs/spec.md): " + lab);
+            }
+            const Config c = load_lab_config(lab);
             const Plan p = make_plan(c);
             std::printf("ced verify (ced-harness %s): config %s\n", CED_VERSION, c.name.c_str());
             heading("layer plan");

@@ -92,5 +92,6 @@ Runner add_bench(CLI::App& app);
 Runner add_export(CLI::App& app);
 Runner add_replay_budget(CLI::App& app);
 Runner add_merge(CLI::App& app);
+Runner add_cache_hit(CLI::App& app);
 
 }  // namespace ced::tools

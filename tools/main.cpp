@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   const Runner runners[] = {add_verify(app), add_run(app),   add_diff(app),
                             add_gate(app),   add_oracle(app), add_spans(app),
                             add_replay_error(app), add_golden(app), add_bench(app),
-                            add_export(app), add_replay_budget(app), add_merge(app)};
+                            add_export(app), add_replay_budget(app), add_merge(app),
+                            add_cache_hit(app)};
   auto is_command = [&](const std::string& name) {
     for (const Runner& r : runners)
       if (r.sub->get_name() == name) return true;

@@ -13,13 +13,14 @@
 #include "backends/registry.hpp"
 #include "model/error.hpp"
 #include "model/run.hpp"
-#include "models/lab/weights.hpp"
+#include "model/hash.hpp"
 #include "models/family.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/run_file.hpp"
 #include "models/v41/spans.hpp"
 #include "oracle/v41_oracle.hpp"
 #include "tools/common.hpp"
+#include "tools/v41_study.hpp"
 
 namespace ced::tools {
 namespace {
@@ -50,7 +51,7 @@ std::vector<int64_t> v41_tokens(const V41RunOptions& o, const v41::V41Config& c)
   if (o.token_file.empty()) {
     if (o.tokens + o.decode > kMaxLength)
       throw InputError(fmt::format("--tokens {} and --decode {}: more than {} tokens", o.tokens, o.decode, kMaxLength));
-    for (int32_t v : make_tokens(o.token_seed, c.vocab_size, o.tokens + o.decode)) t.push_back(v);
+    t = v41_seeded_tokens(o.token_seed, c, o.tokens + o.decode);
     return t;
   }
   std::ifstream in(o.token_file);
@@ -231,6 +232,42 @@ int run_v41(const V41RunOptions& o) {
   return finite ? 0 : 1;
 }
 
+namespace {
+
+// `ced spans --empirical --prefix H` on v41: the encoder replay span after a hit at H, found on the model.
+int encoder_span_v41(const V41SpansOptions& o, const v41::V41Config& c, const v41::V41Plan& p, v41::V41Regime regime,
+                     v41::V41Fault fault) {
+  const int64_t H = o.prefix, span = v41::v41_encoder_replay_span(p, H);
+  // Past the hit, the last position's own window cone through every layer must start after the rebuilt rows.
+  const int64_t N = o.tokens > 0 ? o.tokens : H + (p.L - p.E) * (p.W - 1) + 1;
+  if (H < 1 || H >= N) throw InputError(fmt::format("--prefix: H = {} must be in [1, N = {})", H, N));
+  if (N > kMaxLength) throw InputError(fmt::format("--tokens {}: more than {} tokens", N, kMaxLength));
+  V41Seeded seeded = v41_seeded_model(c, o.weight_seed, regime, fault);
+  v41::V41Model& m = seeded.model;
+  const std::vector<int64_t> tokens = v41_seeded_tokens(o.token_seed, c, N);
+  const v41::V41EngramHashing& hashing = seeded.hashing;
+  std::printf("searching the encoder replay after a hit at H = %lld of N = %lld, regime %s, weight_seed %llu, "
+              "token_seed %llu (a full-mode resume; the probe reads every window key the floor leaves out as NaN)\n",
+              (long long)H, (long long)N, o.regime.c_str(), (unsigned long long)o.weight_seed,
+              (unsigned long long)o.token_seed);
+  std::fflush(stdout);
+  Stopwatch sw;
+  const v41::V41FoundEncoderSpan f = v41::v41_empirical_encoder_span(m, tokens, hashing, H, [&](const std::string& l) {
+    std::fprintf(stderr, "  [%7.1fs] %s\n", sw.seconds(), l.c_str());
+  });
+  const int64_t want = std::min(span, H);  // a span past the hit: every row rebuilt
+  const bool ok = f.probe == want && f.bitwise_at_probe && f.bitwise <= f.probe;
+  std::printf("%-6s %10s %8s %13s %10s %9s  %s\n", "hit", "plan span", "found", "bitwise from", "at found", "seconds",
+              "verdict");
+  std::printf("%-6lld %10lld %8lld %13lld %10s %9.1f  %s\n", (long long)H, (long long)span, (long long)f.probe,
+              (long long)f.bitwise, f.bitwise_at_probe ? "bitwise" : "DIFFERS", sw.seconds(), ok ? "ok" : "MISMATCH");
+  std::printf("found = the fewest window rows rebuilt before the hit whose last logits stay finite under the probe; "
+              "bitwise from = the fewest whose last logits are the cold prefill's bits\n");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
 int spans_v41(const V41SpansOptions& o) {
   const v41::V41Config c = v41_config(o.config);
   const v41::V41Plan p = v41::make_v41_plan(c);
@@ -240,6 +277,13 @@ int spans_v41(const V41SpansOptions& o) {
     for (const auto& conv : v41::v41_replay_conventions()) convs.push_back(&conv);
   std::printf("config %s (v41 family): L = %lld, E = %lld, W = %lld\n", c.name.c_str(), (long long)p.L,
               (long long)p.E, (long long)p.W);
+  if (o.prefix >= 0 && !o.empirical) {
+    std::printf("encoder replay after a hit at H = %lld: span %lld (every kv source's rows after the hit exact)\n",
+                (long long)o.prefix, (long long)v41::v41_encoder_replay_span(p, o.prefix));
+    return 0;
+  }
+  if (o.prefix >= 0)
+    return encoder_span_v41(o, c, p, v41::v41_regime_from_name(o.regime), v41::v41_fault_from_name(o.fault));
   int64_t longest = 0;
   for (const auto* conv : convs) longest = std::max(longest, v41::v41_exact_span(p, *conv));
   if (!o.empirical) {
@@ -255,14 +299,10 @@ int spans_v41(const V41SpansOptions& o) {
   const v41::V41Fault fault = v41::v41_fault_from_name(o.fault);
   const int64_t N = o.tokens > 0 ? o.tokens : longest + p.W;
   if (N + 1 > kMaxLength) throw InputError(fmt::format("--tokens {}: more than {} tokens", N, kMaxLength));
-  v41::check_v41_fits_in_memory(c);
-  const v41::V41Checkpoint ck = v41::make_v41_random_checkpoint(c, o.weight_seed);
-  v41::V41Model m(c, ck.weights, regime);
-  m.set_fault(fault);
-  m.set_captures(false);
-  const v41::V41EngramHashing hashing = v41::v41_checkpoint_hashing(c);
-  std::vector<int64_t> tokens;
-  for (int32_t v : make_tokens(o.token_seed, c.vocab_size, N + 1)) tokens.push_back(v);
+  V41Seeded seeded = v41_seeded_model(c, o.weight_seed, regime, fault);
+  v41::V41Model& m = seeded.model;
+  const v41::V41EngramHashing& hashing = seeded.hashing;
+  const std::vector<int64_t> tokens = v41_seeded_tokens(o.token_seed, c, N + 1);
   std::printf("searching N = %lld (and one decode step), regime %s, weight_seed %llu, token_seed %llu; the probe "
               "reads every window key a floor leaves out as NaN\n",
               (long long)N, o.regime.c_str(), (unsigned long long)o.weight_seed, (unsigned long long)o.token_seed);

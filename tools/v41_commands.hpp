@@ -55,6 +55,7 @@ struct V41SpansOptions {
   std::string regime = "f64";
   std::vector<std::string> conventions;  // empty: every preset
   std::string fault = "none";            // test only: a planted v41 fault
+  int64_t prefix = -1;                   // >= 0: the encoder replay span after a hit of this many tokens
 };
 int spans_v41(const V41SpansOptions& o);
 
@@ -72,6 +73,26 @@ struct V41ReplayBudgetOptions {
   std::string command;        // the command line, for the page
 };
 int replay_budget_v41(const V41ReplayBudgetOptions& o);
+
+// `ced cache-hit` on a v41 config (docs/v41.md §13.8): the prompt resumed after prefix-cache hits at each
+// H under each engine's encoder-replay rule, against its cold run in each mode; OUT.md and OUT.csv with out.
+struct V41CacheHitOptions {
+  std::string config;
+  int64_t tokens = 0;                     // 0: the largest hit + 2W
+  std::vector<int64_t> hits, rebuilt;     // empty: the default sweep; W
+  std::vector<std::string> rules, modes;  // empty: every rule; sglang, vllm, full
+  std::string regime = "release";
+  uint64_t weight_seed = 0;
+  std::vector<uint64_t> token_seeds;  // empty: 0
+  std::string fault = "none";  // test only
+  std::string out, out_name, command;
+};
+int cache_hit_v41(const V41CacheHitOptions& o);
+
+// `ced verify` on a v41 config (docs/v41.md §13.9): the released architecture's sections; each failure
+// appended to `failures`.
+void verify_v41(const std::string& config, const std::string& golden_dir, bool skip_drift,
+                std::vector<std::string>& failures);
 
 // A v41 config named by --config: a built-in or a config file (InputError).
 v41::V41Config v41_config_named(const std::string& arg);

@@ -11,12 +11,12 @@
 
 #include "compare/compare.hpp"
 #include "model/error.hpp"
-#include "models/lab/weights.hpp"  // make_tokens: the seeded prompt both families draw
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/forward.hpp"
 #include "oracle/v41_flops.hpp"
 #include "tools/common.hpp"
 #include "tools/v41_commands.hpp"
+#include "tools/v41_study.hpp"
 
 namespace ced::tools {
 namespace {
@@ -31,15 +31,6 @@ struct Sample {
   double flop_ratio = 0, time_ratio = 0;
   std::vector<double> drift;  // [L]: rel L2 of the last row's stream after each layer (0 below the cut)
 };
-
-double rel_l2(std::span<const double> t, std::span<const double> r) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < r.size(); ++i) {
-    num += (t[i] - r[i]) * (t[i] - r[i]);
-    den += r[i] * r[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
 
 double median(std::vector<double> v) {
   if (v.empty()) return std::nan("");
@@ -253,8 +244,7 @@ int replay_budget_v41(const V41ReplayBudgetOptions& o) {
       m.set_captures(false);  // the layers' outputs and logits only
       for (int64_t N : o.lengths)
         for (uint64_t ts : o.token_seeds) {
-          std::vector<int64_t> tokens;
-          for (int32_t v : make_tokens(ts, c.vocab_size, N)) tokens.push_back(v);
+          const std::vector<int64_t> tokens = v41_seeded_tokens(ts, c, N);
           // Exact recovery: the full prefill, timed. Then one encoding per cut (the engines' E, the
           // all-layers tail's 0), timed: a replay's time is its encoding's and its own, over the full one's.
           Stopwatch full_clock;
@@ -276,7 +266,7 @@ int replay_budget_v41(const V41ReplayBudgetOptions& o) {
               const double t = sw.seconds();
               const std::span<const double> got = std::span<const double>(r.logits).last(static_cast<size_t>(V));
               const LogitsCompare lc = compare_logits(got, want, {1, V});
-              Sample x{regime_name, name, ws, ts, N, K};
+              Sample x{regime_name, name, ws, ts, N, K, 0, 0, false, false, 0, 0, {}};
               x.kl = lc.mean_kl;
               x.top1 = lc.top1_agree == 1;
               x.rel_l2 = rel_l2(got, want);

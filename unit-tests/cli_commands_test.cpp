@@ -449,7 +449,7 @@ TEST(CommandLine, UnknownCommandIsNamedWithTheListOfCommands) {
   EXPECT_EQ(r.code, 2) << r.out << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_EQ(r.err, "ced: error: unknown command 'frobnicate' (commands: verify, run, diff, gate, oracle, spans, "
-                   "replay-error, golden, bench, export, replay-budget, merge)\n");
+                   "replay-error, golden, bench, export, replay-budget, merge, cache-hit)\n");
 }
 
 // `ced` alone: no command to look up (argv[1] does not exist), a usage error, never a crash.

@@ -95,8 +95,7 @@ TEST(Cli, RunningTheLabModelAtTheReleasedSizesOnTheCpuIsRefusedWithAMemoryEstima
 // it, rather than taking the name for a missing TOML file; no output is written. (`ced oracle` has the
 // release's oracle, `ced spans` and `ced replay-budget` their v41 forms: unit-tests/v41_cli_test.cpp.)
 TEST(Cli, ALabCommandGivenAV41ConfigIsRefusedNamingItsFamilyAndItsBackends) {
-  for (const std::string& cmd : {"replay-error --config v41-tiny --tokens 4 --out " + (scratch() / "v.h5").string(),
-                                std::string("verify --config v41-ced")}) {
+  for (const std::string& cmd : {"replay-error --config v41-tiny --tokens 4 --out " + (scratch() / "v.h5").string()}) {
     expect_usage_error(cmd, "a config of the v41 model family (docs/v41.md), which runs on v41-reference");
   }
   EXPECT_FALSE(fs::exists(scratch() / "v.h5"));

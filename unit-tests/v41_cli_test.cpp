@@ -318,6 +318,14 @@ TEST(V41Cli, SpansOnTheModelAreThePlansForEveryConventionAndAPlantedFloorBugIsAM
   const test::Result bad = ced("spans --config v41-tiny --empirical --convention sglang --fault ced-floor-on-row-index");
   EXPECT_EQ(bad.code, 1) << bad.out << bad.err;
   EXPECT_NE(bad.out.find("MISMATCH"), std::string::npos) << bad.out;
+  // The encoder replay after a hit: its span found by the probe, bitwise at it; rebuilt from H - K + 1 it is not.
+  const test::Result enc = ced("spans --config v41-tiny --empirical --prefix 60");
+  ASSERT_EQ(enc.code, 0) << enc.out << enc.err;
+  EXPECT_NE(enc.out.find("60             45       45"), std::string::npos) << enc.out;
+  const test::Result enc_bad = ced("spans --config v41-tiny --empirical --prefix 61 --fault resume-start-off-by-one");
+  EXPECT_EQ(enc_bad.code, 1) << enc_bad.out << enc_bad.err;
+  EXPECT_NE(enc_bad.out.find("MISMATCH"), std::string::npos) << enc_bad.out;
+  expect_refused("spans --config v41-tiny --empirical --prefix 200 --tokens 150", "--prefix: H = 200");
   expect_refused("spans --config v41-tiny --empirical --convention chiro", "replay convention 'chiro'");
   expect_refused("spans --config tiny --regime f64", "an option of the v41 family");
 }
@@ -344,6 +352,37 @@ TEST(V41Cli, TheReplayBudgetWritesItsPageAndTablesAndIsExactFromTheSpanOn) {
   expect_refused("replay-budget --config v41-tiny --tokens 60 --convention chiro --out " + out.string(),
                  "replay convention 'chiro'");
   expect_refused("replay-budget --config v41-tiny --tokens 60 --shard 0/2 --out " + out.string(), "--shard");
+}
+
+TEST(V41Cli, CacheHitsUpToTheWindowAreTheColdRunsBitsPerRuleAndThePlantedReplayStartIsAMismatch) {
+  const fs::path out = scratch() / "hits";
+  const test::Result r = ced("cache-hit --config v41-tiny --hits 15 16 17 51 --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // mode, H, rule, hit adopted, start, K, claim, samples, bitwise
+  for (const char* row : {"sglang     15 vllm        0     0    16 exact          1     1/1",
+                          "sglang     15 trtllm     15     0    16 exact          1     1/1",
+                          "vllm       16 sglang     16     0    16 exact          1     1/1",
+                          "full       17 sglang     16     0    16 exact          1     1/1",
+                          "full       17 trtllm     17     1    16 measured       1     0/1",
+                          "sglang     51 sglang     50    34    16 measured       1     0/1"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  EXPECT_EQ(r.out.find("MISMATCH"), std::string::npos) << r.out;
+  for (const char* ext : {".md", ".csv"}) EXPECT_TRUE(fs::exists(out.string() + ext)) << ext;
+  std::ifstream in(out.string() + ".csv");
+  const std::string csv((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // mode,H,rule,token_seed,hit,start,K,claims_exact,bitwise,kl,top1,rel_l2,step_bitwise,step_kl,ok
+  EXPECT_NE(csv.find("vllm,16,trtllm,0,16,0,16,1,1,0.000000e+00,1,0.000000e+00,1,0.000000e+00,1"), std::string::npos)
+      << csv;
+  // The window rebuilt from H - W + 1: a hit of W no longer rebuilds row 0, and every rule's claim fails.
+  const test::Result bad = ced("cache-hit --config v41-tiny --hits 16 --mode sglang --fault resume-start-off-by-one");
+  EXPECT_EQ(bad.code, 1) << bad.out << bad.err;
+  EXPECT_NE(bad.out.find("sglang     16 trtllm     16     0    16 exact          1     0/1"), std::string::npos)
+      << bad.out;
+  EXPECT_NE(bad.out.find("MISMATCH"), std::string::npos) << bad.out;
+  expect_refused("cache-hit --config tiny", "the lab model's resume");
+  expect_refused("cache-hit --config v41-tiny --mode ascend", "all-layers tail");
+  expect_refused("cache-hit --config v41-tiny --tokens 40 --hits 40", "--hits: 40");
+  expect_refused("cache-hit --config v41-tiny --rule mooncake", "encoder replay rule 'mooncake'");
 }
 
 }  // namespace

@@ -18,11 +18,11 @@ using Vec = std::vector<double>;
 
 constexpr auto lin = linear_out;
 
-// The compressor of a kv source (model.py Compressor.forward, start_pos 0): the RoPE-free latent
-// [N / ratio, head_dim], or empty when no group is complete. Seeding decode, the trailing N % ratio
-// tokens' projections wait in the cache's group state.
-Vec compressor(const LayerCtx& L, std::span<const double> x) {
-  const int64_t N = L.N, r = L.lp.ratio, hd = L.c.head_dim;
+// The compressor of a kv source (model.py Compressor.forward) on x's N rows, the first of them a group's
+// first token: the RoPE-free latent [N / ratio, head_dim], or empty when no group is complete. Seeding
+// decode, the trailing N % ratio tokens' projections wait in the cache's group state.
+Vec compressor(const LayerCtx& L, std::span<const double> x, int64_t N) {
+  const int64_t r = L.lp.ratio, hd = L.c.head_dim;
   Vec latent;
   if (r == 1) {  // norm(wkv(x)): a bf16 linear, no gate
     latent = lin(L, x, N, L.w.compressor_wkv, true);
@@ -45,44 +45,88 @@ Vec compressor(const LayerCtx& L, std::span<const double> x) {
   return latent;
 }
 
-// The index keys of every complete group: wk(latent), k_norm, RoPE at the group's first token (group j
+// The index keys of T groups from group g0: wk(latent), k_norm, RoPE at the group's first token (group j
 // at position j·r), FP4 per 32.
-Vec index_keys(const LayerCtx& L, const Vec& latent, int64_t T) {
+Vec index_keys(const LayerCtx& L, const Vec& latent, int64_t T, int64_t g0) {
   const int64_t r = L.lp.ratio, ID = L.c.index_head_dim;
   Vec k = lin(L, latent, T, L.w.indexer_wk, true);
   rmsnorm(L.a, k, ID, L.w.indexer_k_norm, L.c.norm_eps);
-  rope_rows(L, k, T, 1, ID, [r](int64_t j) { return j * r; }, false);
+  rope_rows(L, k, T, 1, ID, [r, g0](int64_t j) { return (g0 + j) * r; }, false);
   qdq_fp4_32(L.a, k, ID);
   return k;
 }
 
-// The compressed KV from the latent: RoPE at the group's first token, then FP4 per 16 with e4m3 scales.
-void finish_compressed(const LayerCtx& L, Vec& latent, int64_t T) {
+// The compressed KV from the latent of T groups from g0: RoPE at the group's first token, then FP4 per 16
+// with e4m3 scales.
+void finish_compressed(const LayerCtx& L, Vec& latent, int64_t T, int64_t g0) {
   const int64_t r = L.lp.ratio;
   if (L.fault != V41Fault::unrotated_compressed_keys)
-    rope_rows(L, latent, T, 1, L.c.head_dim, [r](int64_t j) { return j * r; }, false);
+    rope_rows(L, latent, T, 1, L.c.head_dim, [r, g0](int64_t j) { return (g0 + j) * r; }, false);
   qdq_fp4_e4m3_16(L.a, latent, L.c.head_dim);
+}
+
+// A kv source's publication: its compressed KV and, for an owner, its index keys, into shared, the cache and
+// the capture. The groups L.sources holds are read, not computed (the all-layers tail's prefill side: every
+// group; a resumed prompt: its cached prefix's); the compressor runs on the rows of the groups after them,
+// which must start at or after the layer's first row.
+void publish_sources(const LayerCtx& L, std::span<const double> x, V41SharedAttention& shared, V41LayerCapture& cap) {
+  const int64_t N = L.N, r = L.lp.ratio, hd = L.c.head_dim, ID = L.c.index_head_dim, P0 = L.first;
+  const int64_t T = (P0 + N) / r;
+  const V41LayerCache* src = L.sources;
+  const int64_t G = src ? static_cast<int64_t>(src->compress_kv.size()) / hd : 0;
+  shared.ratio = r;
+  if (src && G >= T) {  // every group read-only, and with them the group being filled
+    shared.compress_kv = src->compress_kv;
+    shared.compress_rows = T;
+    cap.compress_kv = src->compress_kv;
+    if (L.lp.owns_index_k) {
+      shared.index_k = src->index_k;
+      cap.index_k = src->index_k;
+    }
+    if (L.cache) {
+      L.cache->compress_kv = src->compress_kv;
+      if (L.lp.owns_index_k) L.cache->index_k = src->index_k;
+      L.cache->kv_state = src->kv_state;
+      L.cache->score_state = src->score_state;
+    }
+    return;
+  }
+  const int64_t row0 = G * r - P0;  // the row of group G's first token
+  if (row0 < 0)
+    throw InputError(fmt::format("v41 layer {}: its rows start at position {}, after its {} cached groups end "
+                                 "(position {}); a resumed prompt recomputes the pending group's tokens",
+                                 L.lp.layer, P0, G, G * r));
+  const int64_t n = N - row0, Tn = n / r;
+  Vec latent = compressor(L, x.subspan(static_cast<size_t>(row0 * L.c.dim)), n);
+  if (L.capture) cap.latent = latent;
+  if (latent.empty() && G == 0) return;  // no group complete: nothing published
+  Vec keys;
+  if (L.lp.owns_index_k && Tn > 0) keys = index_keys(L, latent, Tn, G);
+  if (Tn > 0) finish_compressed(L, latent, Tn, G);
+  if (src) {  // the cached groups, then the new ones
+    latent.insert(latent.begin(), src->compress_kv.begin(), src->compress_kv.end());
+    if (L.lp.owns_index_k) keys.insert(keys.begin(), src->index_k.begin(), src->index_k.begin() + G * ID);
+  }
+  if (L.lp.owns_index_k) {
+    if (L.cache) L.cache->index_k = keys;
+    cap.index_k = keys;
+    shared.index_k = std::move(keys);
+  }
+  if (L.cache) L.cache->compress_kv = latent;
+  cap.compress_kv = latent;
+  shared.compress_kv = std::move(latent);
+  shared.compress_rows = T;
 }
 
 // The indexer of an index source (model.py Indexer.forward, start_pos 0, offset N): publishes the
 // index keys (when it owns them) and the candidate pool (the candidate source); returns the
 // selection [N, topk], offset by N, -1 for none.
 std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::span<const double> qr,
-                             const Vec& latent, V41SharedAttention& shared, V41LayerCapture& cap) {
+                             V41SharedAttention& shared, V41LayerCapture& cap) {
   const V41Config& c = L.c;
   const int64_t N = L.N, r = L.lp.ratio, IH = c.index_n_heads, ID = c.index_head_dim, P0 = L.first;
   const int64_t T = (P0 + N) / r;  // every group of the prompt (a replayed tail reads them all)
   const double ninf = -std::numeric_limits<double>::infinity();
-  if (L.lp.owns_index_k && L.sources) {  // the prefill side's keys, read-only
-    shared.index_k = L.sources->index_k;
-    if (L.cache) L.cache->index_k = L.sources->index_k;
-    cap.index_k = L.sources->index_k;
-  } else if (L.lp.owns_index_k && !latent.empty()) {
-    Vec k = index_keys(L, latent, T);
-    if (L.cache) L.cache->index_k = k;
-    shared.index_k = k;
-    cap.index_k = k;
-  }
   Vec q = lin(L, qr, N, L.w.indexer_wq_b, true);
   rope_rows(L, q, N, IH, ID, [P0](int64_t t) { return P0 + t; }, false);
   qdq_fp4_32(L.a, q, ID);
@@ -178,9 +222,6 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
   const V41Config& c = L.c;
   const int64_t N = L.N, H = c.n_heads, hd = c.head_dim, r = L.lp.ratio, P0 = L.first;
   auto at_t = [P0](int64_t t) { return P0 + t; };
-  if (P0 > 0 && L.lp.owns_compressor && !L.sources)
-    throw InputError(fmt::format("v41 layer {}: a kv source on a replayed tail needs the prefill side's sources",
-                                 L.lp.layer));
 
   Vec qr = lin(L, x, N, L.w.wq_a, true);
   rmsnorm(L.a, qr, c.q_lora_rank, L.w.q_norm, c.norm_eps);
@@ -213,39 +254,17 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
 
   if (r > 0) {
     const int64_t T = (P0 + N) / r;
-    Vec latent;
-    if (L.lp.owns_compressor && L.sources) {  // the prefill side's compressed KV and group state
-      shared.ratio = r;
-      shared.compress_kv = L.sources->compress_kv;
-      shared.compress_rows = T;
-      cap.compress_kv = L.sources->compress_kv;
-      if (L.cache) {
-        L.cache->compress_kv = L.sources->compress_kv;
-        L.cache->kv_state = L.sources->kv_state;
-        L.cache->score_state = L.sources->score_state;
-      }
-    } else if (L.lp.owns_compressor) {
-      latent = compressor(L, x);
-      shared.ratio = r;
-      if (L.capture) cap.latent = latent;
-    }
+    if (L.lp.owns_compressor) publish_sources(L, x, shared, cap);
     if (L.lp.owns_indexer) {
       if (T == 0) {
         shared.topk = 0;
         shared.topk_idxs.clear();
       } else {
-        shared.topk_idxs = indexer(L, x, qr, latent, shared, cap);
+        shared.topk_idxs = indexer(L, x, qr, shared, cap);
         shared.topk = std::min(c.index_topk, T);
       }
       cap.topk = shared.topk;
       cap.topk_idxs = shared.topk_idxs;
-    }
-    if (!latent.empty()) {
-      finish_compressed(L, latent, T);
-      if (L.cache) L.cache->compress_kv = latent;
-      shared.compress_kv = latent;
-      shared.compress_rows = T;
-      cap.compress_kv = latent;
     }
     kv.insert(kv.end(), shared.compress_kv.begin(), shared.compress_kv.begin() + T * hd);
     comp = shared.topk_idxs;
@@ -279,13 +298,13 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
 
 void write_sources(const LayerCtx& L, std::span<const double> x) {
   V41LayerCache& out = *L.cache;
-  Vec latent = compressor(L, x);  // seeds the group state of a ratio > 1
+  Vec latent = compressor(L, x, L.N);  // seeds the group state of a ratio > 1
   out.compress_kv.clear();
   out.index_k.clear();
   if (latent.empty()) return;
   const int64_t T = L.N / L.lp.ratio;
-  if (L.lp.owns_index_k) out.index_k = index_keys(L, latent, T);
-  finish_compressed(L, latent, T);
+  if (L.lp.owns_index_k) out.index_k = index_keys(L, latent, T, 0);
+  finish_compressed(L, latent, T, 0);
   out.compress_kv = std::move(latent);
 }
 

@@ -70,7 +70,7 @@ const std::vector<std::string>& v41_fault_names() {
                                                  "unclamped-shared-expert", "mhc-same-sublayer",
                                                  "decode-group-rope-at-step", "decode-fresh-compressor",
                                                  "ced-ring-slot-of-row", "ced-floor-on-row-index",
-                                                 "ced-cut-floor-flipped"};
+                                                 "ced-cut-floor-flipped", "resume-start-off-by-one"};
   return names;
 }
 
@@ -311,33 +311,38 @@ V41ForwardResult V41Model::run_stack(std::span<const int64_t> tokens, const V41E
                                      const V41ReplayConvention* conv, V41DecodeState* state) const {
   // The first layer cut to the tail: none in a prefill (the encoding is every layer).
   const int64_t cut = S == 0 ? plan_.L : conv->all_layers ? 0 : plan_.E;
-  return replay_tail(encode_below(tokens, hashing, cut, S > 0 && conv->all_layers, state != nullptr), S, conv, state);
+  return replay_tail(encode_below(tokens, hashing, cut, S > 0 && conv->all_layers, state != nullptr, nullptr, 0), S, conv,
+                     state);
 }
 
 V41CedEncoding V41Model::ced_encoding(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
                                       const V41ReplayConvention& convention, bool decode) const {
-  return encode_below(tokens, hashing, convention.all_layers ? 0 : plan_.E, convention.all_layers, decode);
+  return encode_below(tokens, hashing, convention.all_layers ? 0 : plan_.E, convention.all_layers, decode, nullptr, 0);
 }
 
 V41CedEncoding V41Model::encode_below(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t cut,
-                                      bool prefill_side, bool caches) const {
+                                      bool prefill_side, bool caches, const V41PrefixHit* hit, int64_t first) const {
   V41CedEncoding enc;
   enc.N = static_cast<int64_t>(tokens.size());
   if (enc.N == 0) throw InputError("v41 forward: an empty prompt");
   enc.cut = cut;
+  enc.first = first;
   enc.all_layers = prefill_side;
+  enc.hit = hit;
   enc.tokens.assign(tokens.begin(), tokens.end());
   enc.hashes = engram_hash_ids(tokens, hashing);
-  enc.h = embed(tokens);
-  enc.pre = initial_pre_mix(enc.N);
+  enc.h = embed(tokens.subspan(static_cast<size_t>(first)));
+  enc.pre = initial_pre_mix(enc.N - first);
   // The all-layers tail: the prefill side's pass writes every kv source's compressed KV and index keys
   // up to E over every row (layer E's by the source-only write); the replay's kv sources read them.
   if (prefill_side) enc.sources = prefill_side_sources(tokens, hashing);
   if (caches) enc.caches.resize(plan_.layers.size());
   for (int64_t l = 0; l < cut; ++l) {
     const LayerPlan& lp = plan_[l];
-    V41LayerCapture cap = run_rows(l, enc.h, enc.pre, enc.N, layer_hash_ids(enc, lp, 0), enc.shared,
-                                   caches ? &enc.caches[static_cast<size_t>(l)] : nullptr, 0, 0);
+    // A resumed prompt's rows from `first`, their windows floored there; its kv sources read the cached groups.
+    V41LayerCapture cap = run_rows(l, enc.h, enc.pre, enc.N - first, layer_hash_ids(enc, lp, first), enc.shared,
+                                   caches ? &enc.caches[static_cast<size_t>(l)] : nullptr, first, first,
+                                   hit_sources(enc, lp));
     enc.h = captures_ ? cap.out : std::move(cap.out);
     if (!captures_) keep_last_row(cap, enc.h);
     enc.pre = cap.ffn_pre;
@@ -365,10 +370,17 @@ V41ForwardResult V41Model::forward_ced(const V41CedEncoding& enc, int64_t replay
   return replay_tail(enc, std::max<int64_t>(0, enc.N - replay), &convention, state);
 }
 
+const V41LayerCache* V41Model::hit_sources(const V41CedEncoding& enc, const LayerPlan& lp) const {
+  return enc.hit && lp.owns_compressor ? &enc.hit->layers[static_cast<size_t>(lp.layer)] : nullptr;
+}
+
 V41ForwardResult V41Model::replay_tail(V41CedEncoding enc, int64_t S, const V41ReplayConvention* conv,
                                        V41DecodeState* state) const {
-  const int64_t N = enc.N, R = N - S, cut = enc.cut;
-  const bool floor_cut = S > 0 && (conv->floor_first_layer != (fault_ == V41Fault::ced_cut_floor_flipped));
+  const int64_t N = enc.N, R = N - S, cut = enc.cut, F = enc.first;
+  if (S < F)
+    throw InputError(fmt::format("v41 ced: a replay of {} rows reaches before the resumed prompt's first recomputed "
+                                 "row {} (N = {})", R, F, N));
+  const bool floor_cut = S > F && (conv->floor_first_layer != (fault_ == V41Fault::ced_cut_floor_flipped));
   V41ForwardResult out;
   out.N = N;
   out.first_row = S;
@@ -390,15 +402,19 @@ V41ForwardResult V41Model::replay_tail(V41CedEncoding enc, int64_t S, const V41R
     if (l == cut) {
       // Every row, for the sources (and, unfloored, the window keys); the rows before the tail are dropped
       // after it, and what it published is cut to the tail: its selection re-offset by the tail's rows.
-      cap = run_rows(l, h, pre, N, layer_hash_ids(enc, lp, 0), shared, cache, 0, floor_cut ? S : 0);
-      h.assign(cap.out.begin() + S * hc * D, cap.out.end());
-      pre.assign(cap.ffn_pre.begin() + S * hc, cap.ffn_pre.end());
-      const int64_t k = shared.topk, T = shared.candidates.empty() ? 0 : static_cast<int64_t>(shared.candidates.size()) / N;
-      std::vector<int32_t> sel(shared.topk_idxs.begin() + S * k, shared.topk_idxs.end());
+      // (A resumed prompt's rows from F.)
+      cap = run_rows(l, h, pre, N - F, layer_hash_ids(enc, lp, F), shared, cache, F, floor_cut ? S : F,
+                     hit_sources(enc, lp));
+      const int64_t drop = S - F;
+      h.assign(cap.out.begin() + drop * hc * D, cap.out.end());
+      pre.assign(cap.ffn_pre.begin() + drop * hc, cap.ffn_pre.end());
+      const int64_t k = shared.topk,
+                    T = shared.candidates.empty() ? 0 : static_cast<int64_t>(shared.candidates.size()) / (N - F);
+      std::vector<int32_t> sel(shared.topk_idxs.begin() + drop * k, shared.topk_idxs.end());
       for (int32_t& i : sel)
-        if (i >= 0) i -= static_cast<int32_t>(S);
+        if (i >= 0) i -= static_cast<int32_t>(drop);
       shared.topk_idxs = std::move(sel);
-      if (T > 0) shared.candidates.erase(shared.candidates.begin(), shared.candidates.begin() + S * T);
+      if (T > 0) shared.candidates.erase(shared.candidates.begin(), shared.candidates.begin() + drop * T);
     } else {
       // Above the cut the tail's rows, floored at its first; a kv source there reads the prefill side's.
       const V41LayerCache* src = lp.owns_compressor && !enc.sources.empty() ? &enc.sources[static_cast<size_t>(l)] : nullptr;
@@ -417,7 +433,7 @@ V41ForwardResult V41Model::replay_tail(V41CedEncoding enc, int64_t S, const V41R
 std::vector<V41LayerCache> V41Model::prefill_side_sources(std::span<const int64_t> tokens,
                                                           const V41EngramHashing& hashing) const {
   // The prefill's layers below E on every row, their caches kept, then layer E's source-only write.
-  V41CedEncoding side = encode_below(tokens, hashing, plan_.E, false, true);
+  V41CedEncoding side = encode_below(tokens, hashing, plan_.E, false, true, nullptr, 0);
   std::vector<V41LayerCache> sources = std::move(side.caches);
   sources[static_cast<size_t>(plan_.E)] = source_write(plan_.E, side.h, side.pre, side.N);
   return sources;
@@ -555,6 +571,105 @@ V41ForwardResult V41Model::decode_step(int64_t token, const V41EngramHashing& ha
   ++state.pos;
   head(h, pre, 1, out);
   return out;
+}
+
+}  // namespace ced::v41
+
+namespace ced::v41 {
+
+namespace {
+// Each layer's cached groups of the first H tokens: floor(H / ratio) of them.
+std::vector<V41LayerCache> cached_groups(const V41Plan& p, const V41Config& c, const std::vector<V41LayerCache>& from,
+                                         int64_t H) {
+  std::vector<V41LayerCache> out(p.layers.size());
+  for (const LayerPlan& lp : p.layers) {
+    if (!lp.owns_compressor) continue;
+    const V41LayerCache& f = from[static_cast<size_t>(lp.layer)];
+    V41LayerCache& o = out[static_cast<size_t>(lp.layer)];
+    const int64_t G = H / lp.ratio;
+    if (static_cast<int64_t>(f.compress_kv.size()) < G * c.head_dim ||
+        (lp.owns_index_k && static_cast<int64_t>(f.index_k.size()) < G * c.index_head_dim))
+      throw InputError(fmt::format("v41 prefix hit: layer {} holds fewer than the {} groups of {} tokens", lp.layer, G, H));
+    o.compress_kv.assign(f.compress_kv.begin(), f.compress_kv.begin() + G * c.head_dim);
+    if (lp.owns_index_k) o.index_k.assign(f.index_k.begin(), f.index_k.begin() + G * c.index_head_dim);
+  }
+  return out;
+}
+
+// The engines' encoder-replay rules (docs/v41.md §13.8), each with the code it follows.
+const std::vector<V41EncoderReplayRule> kEncoderReplayRules = {
+    // name, adopts_short_hits, even_boundary, source
+    {"vllm", false, false,
+     "vllm v1/core/sched/scheduler.py Scheduler._mark_prefix_replay (replay_start = hits - min(window, hits)); "
+     "SlidingWindowMLASpec.bounded_replay keeps the window out of the prefix cache"},
+    {"trtllm", true, false,
+     "TensorRT-LLM TRTLLM_V41_ENCODER_REPLAY: the replay starts at max(0, C - window); at an odd ratio-2 "
+     "boundary the last cached raw token is re-included to rebuild the pending group"},
+    {"sglang", true, true,
+     "sglang srt/model_executor/encoder_swa_replay.py (replay_len(p) = min(p, 128), fold_encoder_swa_replay; "
+     "run_encoder_swa_replay requires an even cached-prefix boundary)"},
+};
+}  // namespace
+
+V41PrefixHit V41Model::prefix_hit(const V41DecodeState& state, int64_t H) const {
+  if (H < 0 || H > state.pos)
+    throw InputError(fmt::format("v41 prefix hit: {} tokens of a state of {}", H, state.pos));
+  if (state.layers.size() != plan_.layers.size()) throw InputError("v41 prefix hit: the state was not seeded by a prefill");
+  V41PrefixHit hit;
+  hit.tokens = H;
+  hit.layers = cached_groups(plan_, config_, state.layers, H);
+  return hit;
+}
+
+const std::vector<V41EncoderReplayRule>& v41_encoder_replay_rules() { return kEncoderReplayRules; }
+
+const V41EncoderReplayRule& v41_encoder_replay_rule(std::string_view name) {
+  std::vector<std::string> known;
+  for (const auto& r : kEncoderReplayRules) {
+    if (name == r.name) return r;
+    known.emplace_back(r.name);
+  }
+  throw InputError(fmt::format("v41 encoder replay rule '{}': unknown (known: {})", name, fmt::join(known, ", ")));
+}
+
+V41Resume v41_resume(const V41Plan& p, const V41EncoderReplayRule& rule, int64_t H, int64_t rebuilt) {
+  if (H < 0 || rebuilt < 0) throw InputError(fmt::format("v41 resume: a hit of {} tokens, {} rebuilt", H, rebuilt));
+  V41Resume r;
+  r.hit = rule.even_boundary ? H - H % 2 : H;
+  if (!rule.adopts_short_hits && r.hit < p.W) r.hit = 0;
+  r.start = std::max<int64_t>(0, r.hit - rebuilt);
+  for (const LayerPlan& lp : p.layers)  // a group pending at the hit: its tokens recomputed
+    if (lp.owns_compressor) r.start = std::min(r.start, r.hit / lp.ratio * lp.ratio);
+  return r;
+}
+
+int64_t v41_encoder_replay_span(const V41Plan& p, int64_t H) {
+  int64_t span = 0;
+  for (const int64_t k : p.kv_sources) span = std::max(span, k * (p.W - 1) + H % p[k].ratio);
+  return span;
+}
+
+V41ForwardResult V41Model::forward_resume(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
+                                          const V41PrefixHit& hit, const V41EncoderReplayRule& rule, int64_t rebuilt,
+                                          int64_t replay, const V41ReplayConvention* convention,
+                                          V41DecodeState* state) const {
+  const int64_t N = static_cast<int64_t>(tokens.size());
+  if (hit.tokens > N)
+    throw InputError(fmt::format("v41 resume: a hit of {} tokens on a prompt of {}", hit.tokens, N));
+  if (hit.layers.size() != plan_.layers.size()) throw InputError("v41 resume: the prefix hit is of another model");
+  if (convention && convention->all_layers)
+    throw InputError(fmt::format("v41 resume: convention {} (the all-layers tail) resumes on its prefill side, "
+                                 "which is not modelled", convention->name));
+  if (replay < 1) throw InputError(fmt::format("v41 ced: the replay must keep at least one row (got {})", replay));
+  // The planted fault counts the rebuilt rows from the wrong end: H - W + 1.
+  const bool off_by_one = fault_ == V41Fault::resume_start_off_by_one && rebuilt > 0;
+  const V41Resume r = v41_resume(plan_, rule, hit.tokens, off_by_one ? rebuilt - 1 : rebuilt);
+  V41PrefixHit used;
+  used.tokens = r.hit;
+  used.layers = cached_groups(plan_, config_, hit.layers, r.hit);
+  const int64_t cut = convention ? plan_.E : plan_.L;
+  V41CedEncoding enc = encode_below(tokens, hashing, cut, false, state != nullptr, &used, r.start);
+  return replay_tail(std::move(enc), convention ? std::max(r.start, N - replay) : r.start, convention, state);
 }
 
 }  // namespace ced::v41

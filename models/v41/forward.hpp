@@ -69,6 +69,8 @@ enum class V41Fault {
   ced_floor_on_row_index,     // ced: the window floor compared with a tail row's index, not its position
   ced_cut_floor_flipped,      // ced: the cut layer's window floored where the convention keeps it whole,
                               // and whole where it floors it
+  resume_start_off_by_one,    // resume: the encoder's window rebuilt from H - W + 1, not H - W (a hit not
+                              // aligned to a block, counted from the wrong end)
 };
 const std::vector<std::string>& v41_fault_names();  // "none", "v4-q-norm", ... (the enum's order)
 V41Fault v41_fault_from_name(std::string_view name);  // InputError naming the known ones
@@ -182,10 +184,44 @@ struct V41DecodeState {
 
 struct V41LayerWeights;
 
+// What a prefix cache holds of a prompt's first `tokens` tokens (docs/v41.md §13.8): each kv source's
+// compressed KV and each index-key owner's keys, of the groups complete within them; the window KV and the
+// group being filled are not kept (the engines evict them).
+struct V41PrefixHit {
+  int64_t tokens = 0;
+  std::vector<V41LayerCache> layers;  // [n_layers]: compress_kv, index_k (empty where a layer has none)
+};
+
+// How an engine rebuilds the encoder's windows after a prefix-cache hit at H (docs/v41.md §13.8), as data.
+// Every rule recomputes the hit's last W tokens (the window) through every layer, their windows floored at
+// the first of them, and the tokens of a ratio-2 group pending at the hit (TensorRT-LLM's re-included raw
+// token; the cache has no group state); the cached groups are read-only.
+struct V41EncoderReplayRule {
+  const char* name;          // "vllm", "trtllm", "sglang"
+  bool adopts_short_hits;    // a hit of fewer than W tokens is used (else the prompt runs cold)
+  bool even_boundary;        // the hit is cut to an even length (no ratio-2 group pending at it)
+  const char* source;        // the engine code it follows
+};
+const std::vector<V41EncoderReplayRule>& v41_encoder_replay_rules();
+const V41EncoderReplayRule& v41_encoder_replay_rule(std::string_view name);  // InputError naming the known
+// Where a resume after a hit at H starts: the hit adopted and the first recomputed row. rebuilt: the window
+// rows recomputed before the hit (W in every engine; any K >= 0 for a sweep).
+struct V41Resume {
+  int64_t hit = 0, start = 0;
+};
+V41Resume v41_resume(const V41Plan& p, const V41EncoderReplayRule& rule, int64_t H, int64_t rebuilt);
+// The fewest rows rebuilt before a hit at H for which the resume is the cold run, bitwise: each kv source k's
+// groups from the hit on (from a pending group's first token) are computed from rows whose inputs at layer
+// k read k (W - 1) rows before them; the largest over the kv sources (2540 on the release, as many as the
+// decoder's floored layers would make it, from the encoder's depth instead).
+int64_t v41_encoder_replay_span(const V41Plan& p, int64_t H);
+
 // What a CED prefill's layers below its cut leave, every row (V41Model::ced_encoding): the same for every
 // replay length under conventions of one cut, so a search or a sweep over replays computes it once.
 struct V41CedEncoding {
   int64_t N = 0, cut = 0;              // the prompt's rows; the first layer cut to the tail (E, or 0)
+  int64_t first = 0;                   // a resumed prompt's first recomputed row (its rows from it on)
+  const V41PrefixHit* hit = nullptr;   // a resumed prompt's cached groups
   bool all_layers = false;             // made for the all-layers tail (its prefill side's sources below)
   std::vector<int64_t> tokens, hashes; // the prompt; its Engram hash ids, every layer
   std::vector<double> h, pre;          // the cut layer's input streams [N, hc, dim] and pre_mix [N, hc]
@@ -249,6 +285,18 @@ class V41Model {
   // sublayer's pre_mix, attn_norm, compressor and index keys over every row, and nothing after them.
   // Its compress_kv and index_k (when it owns them) and, with a ratio > 1, its kv_state and score_state
   // are what a prefill leaves in the layer's cache.
+  // A prompt resumed after a prefix-cache hit (docs/v41.md §13.8): the rows from the rule's start on (with
+  // `rebuilt` window rows before the hit) through every layer below the convention's cut, or through every
+  // layer without one (a full prefill), their windows floored at the start; each kv source reads the cached
+  // groups and computes those after them; then the cut and the layers above it as forward_ced, on the last
+  // `replay` rows (all the recomputed ones at most). The result's first_row is its first logits row.
+  // The prefix cache of the first H tokens from the state a prefill (or a ced prefill: its layers up to the cut
+  // are the prefill's) of at least H tokens seeded; the groups are causal, so these are the cache's bits.
+  V41PrefixHit prefix_hit(const V41DecodeState& state, int64_t H) const;
+  V41ForwardResult forward_resume(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
+                                  const V41PrefixHit& hit, const V41EncoderReplayRule& rule, int64_t rebuilt,
+                                  int64_t replay, const V41ReplayConvention* convention,
+                                  V41DecodeState* state = nullptr) const;
   V41LayerCache source_write(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
                              int64_t N) const;
 
@@ -303,8 +351,11 @@ class V41Model {
                            std::span<const int64_t> hash_ids, V41SharedAttention& shared, V41LayerCache* cache,
                            int64_t first, int64_t floor, const V41LayerCache* sources = nullptr) const;
   // The layers below `cut` on every row (with the all-layers tail's prefill side; with their caches).
+  // A resumed prompt's rows from `first`, its kv sources reading `hit`.
   V41CedEncoding encode_below(std::span<const int64_t> tokens, const V41EngramHashing& hashing, int64_t cut,
-                              bool prefill_side, bool caches) const;
+                              bool prefill_side, bool caches, const V41PrefixHit* hit, int64_t first) const;
+  // The cached groups a layer of a resumed encoding reads (none elsewhere).
+  const V41LayerCache* hit_sources(const V41CedEncoding& enc, const LayerPlan& lp) const;
   // The cut layer and those above it on an encoding, the tail from row S (S = 0: every row).
   V41ForwardResult replay_tail(V41CedEncoding enc, int64_t S, const V41ReplayConvention* convention,
                                V41DecodeState* state) const;

@@ -88,4 +88,32 @@ V41FoundSpans v41_empirical_spans(V41Model& m, std::span<const int64_t> tokens, 
   return found;
 }
 
+V41FoundEncoderSpan v41_empirical_encoder_span(V41Model& m, std::span<const int64_t> prompt,
+                                               const V41EngramHashing& hashing, int64_t H,
+                                               const std::function<void(const std::string&)>& progress) {
+  const int64_t N = static_cast<int64_t>(prompt.size()), V = m.config().vocab_size;
+  if (H < 1 || H >= N) throw InputError(fmt::format("v41 spans: the hit {} must be in [1, N = {})", H, N));
+  // TensorRT-LLM's rule: every hit adopted as it is, the window rebuilt from H - K.
+  const V41EncoderReplayRule& rule = v41_encoder_replay_rule("trtllm");
+  V41DecodeState cold_state;
+  const V41ForwardResult cold = m.forward(prompt, hashing, &cold_state);
+  const V41PrefixHit hit = m.prefix_hit(cold_state, H);
+  const std::span<const double> want = last_row(cold, V);
+  V41FoundEncoderSpan found;
+  ProbeOff restore{m};
+  auto resumed = [&](int64_t K, bool probe, const char* what) {
+    m.set_floor_probe(probe);
+    const V41ForwardResult r = m.forward_resume(prompt, hashing, hit, rule, K, N, nullptr);
+    ++found.runs;
+    const std::span<const double> got = last_row(r, V);
+    const bool ok = probe ? finite(got) : std::equal(got.begin(), got.end(), want.begin());
+    if (progress) progress(fmt::format("encoder replay at H = {} {}: K = {}: {}", H, what, K, ok ? "exact" : "inexact"));
+    return ok;
+  };
+  found.probe = fewest_true(H, [&](int64_t K) { return resumed(K, true, "(probe)"); });
+  found.bitwise = fewest_true(H, [&](int64_t K) { return resumed(K, false, "(bitwise)"); });
+  found.bitwise_at_probe = found.probe > 0 && resumed(found.probe, false, "(bitwise at the probe's)");
+  return found;
+}
+
 }  // namespace ced::v41

@@ -28,4 +28,17 @@ V41FoundSpans v41_empirical_spans(V41Model& m, std::span<const int64_t> tokens, 
                                   const V41ReplayConvention& convention,
                                   const std::function<void(const std::string&)>& progress = {});
 
+// The encoder replay span after a prefix-cache hit at H (docs/v41.md §13.8), found: the fewest window rows
+// K rebuilt before the hit for which a full-mode resume's last logits are finite under the floor probe, and
+// the fewest for which they are the cold prefill's bits. The prompt must reach far enough past the hit for
+// the last position's own window cone (L (W - 1) rows) to start after the rebuilt rows.
+struct V41FoundEncoderSpan {
+  int64_t probe = 0, bitwise = 0;  // -1 when even K = H fails
+  bool bitwise_at_probe = false;
+  int64_t runs = 0;
+};
+V41FoundEncoderSpan v41_empirical_encoder_span(V41Model& m, std::span<const int64_t> prompt,
+                                               const V41EngramHashing& hashing, int64_t H,
+                                               const std::function<void(const std::string&)>& progress = {});
+
 }  // namespace ced::v41

@@ -1,0 +1,153 @@
+// `ced verify` on a v41 config (docs/v41.md §13.9): the released architecture's part of the main job. The
+// layer plan, the release's oracle, the CED property suite on v41-tiny (and each planted port bug caught by
+// its named check), the golden gate against DeepSeek's own code, the conventions' and the encoder replay's
+// spans, and a drift summary per convention and per encoder-replay rule on the config itself.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "checks/v41_ced_checks.hpp"
+#include "compare/compare.hpp"
+#include "models/v41/agreement.hpp"
+#include "models/v41/checkpoint.hpp"
+#include "models/v41/run_file.hpp"
+#include "oracle/v41_flops.hpp"
+#include "tools/common.hpp"
+#include "tools/v41_commands.hpp"
+#include "tools/v41_study.hpp"
+
+namespace ced::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+void heading(const std::string& s) { std::printf("\n== %s\n", s.c_str()); }
+
+void report(std::vector<std::string>& failures, const std::string& scope, const std::string& name,
+            const std::string& msg) {
+  std::printf("  %-4s %-12s %s%s\n", msg.empty() ? "ok" : "FAIL", scope.c_str(), name.c_str(),
+              msg.empty() ? "" : (": " + msg).c_str());
+  if (!msg.empty()) failures.push_back(scope + ": " + name + ": " + msg);
+}
+
+// The properties on v41-tiny in each regime, then each planted port bug against the check named for it.
+void properties(std::vector<std::string>& failures) {
+  const v41::V41Config tiny = v41::v41_builtin_config("v41-tiny");
+  const std::vector<int64_t> tokens = v41_seeded_tokens(0, tiny, 101);  // past every span of v41-tiny
+  for (v41::V41Regime r : {v41::V41Regime::f64, v41::V41Regime::release}) {
+    V41Seeded s = v41_seeded_model(tiny, 0, r);
+    const std::string scope = fmt::format("v41-tiny {}", v41::v41_regime_name(r));
+    for (const v41::V41Check& c : v41::v41_ced_checks()) report(failures, scope, c.name, c.run(s.model, s.hashing, tokens));
+  }
+  heading("the checks fail on the ports' replay bugs (v41-tiny release, each fault planted)");
+  const struct {
+    v41::V41Fault fault;
+    const char* check;
+  } planted[] = {{v41::V41Fault::ced_ring_slot_of_row, "decode after ced of the decode span is the prefill's"},
+                 {v41::V41Fault::ced_floor_on_row_index, "spans found are the plan's, bitwise at them"},
+                 {v41::V41Fault::ced_cut_floor_flipped, "vllm keeps layer E's tail exact"},
+                 {v41::V41Fault::resume_start_off_by_one, "resume after a hit of at most W is the cold run"}};
+  for (const auto& p : planted) {
+    V41Seeded s = v41_seeded_model(tiny, 0, v41::V41Regime::release, p.fault);
+    const std::string why = v41::v41_ced_check(p.check).run(s.model, s.hashing, tokens);
+    const std::string fault = v41::v41_fault_names()[static_cast<size_t>(p.fault)];
+    const std::string msg = why.empty() ? "the check passed with the bug planted" : "";
+    std::printf("  %-4s %-24s caught by \"%s\"%s\n", msg.empty() ? "ok" : "FAIL", fault.c_str(), p.check,
+                msg.empty() ? fmt::format(": {}", why).c_str() : "");
+    if (!msg.empty()) failures.push_back(fault + ": " + msg);
+  }
+}
+
+// Every golden file of the official code against our reference (docs/v41.md §12.3).
+void golden_gate(const fs::path& dir, std::vector<std::string>& failures) {
+  std::vector<fs::path> files;
+  if (fs::is_directory(dir))
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".h5") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  if (files.empty()) {
+    failures.push_back(fmt::format("golden gate: no golden file in {}", dir.string()));
+    std::printf("  FAIL no golden file in %s\n", dir.string().c_str());
+    return;
+  }
+  for (const fs::path& f : files) {
+    const v41::V41RunFile file = v41::read_v41_run_file(f);
+    const v41::V41Checkpoint ck = v41::v41_golden_checkpoint(file);
+    const v41::V41Model m(ck.config, ck.weights, file.regime);
+    const v41::V41Agreement a = v41::v41_agreement(m, file);
+    const v41::V41TensorAgreement* bad = a.first_failure();
+    const std::string msg = bad ? fmt::format("{} layer {} {}: {}", bad->pass, bad->layer, bad->kind, bad->failure) : "";
+    report(failures, "golden", fmt::format("{} ({} tensors compared)", f.filename().string(), a.rows.size()), msg);
+  }
+}
+
+// Each convention's bounded replay and each encoder-replay rule's resume against exact recovery.
+void drift(const v41::V41Config& c, std::vector<std::string>& failures) {
+  const v41::V41Plan p = v41::make_v41_plan(c);
+  const int64_t N = std::min<int64_t>(1024, 8 * p.W), V = c.vocab_size;
+  V41Seeded s = v41_seeded_model(c, 0, v41::V41Regime::release);
+  const std::vector<int64_t> tokens = v41_seeded_tokens(0, c, N);
+  std::printf("  %s, release, weight and token seed 0, N = %lld: the last position's logits against the full "
+              "prefill's (the exact recovery), K = W\n",
+              c.name.c_str(), (long long)N);
+  const v41::V41ForwardResult full = s.model.forward(tokens, s.hashing);
+  const std::span<const double> want = std::span<const double>(full.logits).last(static_cast<size_t>(V));
+  std::printf("  %-26s %11s %6s %11s %11s\n", "convention / rule", "KL", "top-1", "rel L2", "FLOP ratio");
+  auto row = [&](const std::string& what, const v41::V41ForwardResult& r, double flops) {
+    const std::span<const double> got = std::span<const double>(r.logits).last(static_cast<size_t>(V));
+    const LogitsCompare lc = compare_logits(got, want, {1, V});
+    const double rel = rel_l2(got, want);
+    std::printf("  %-26s %11.3e %6s %11.3e %11s\n", what.c_str(), lc.mean_kl, lc.top1_agree == 1 ? "yes" : "no", rel,
+                flops > 0 ? fmt::format("{:.4f}", flops).c_str() : "-");
+    if (!std::isfinite(rel)) failures.push_back(fmt::format("drift: {} non-finite", what));
+  };
+  for (const char* name : {"sglang", "vllm", "ascend"}) {
+    const v41::V41ReplayConvention& conv = v41::v41_replay_convention(name);
+    v41::V41FlopQuery fq, cq;
+    fq.n_prompt = cq.n_prompt = N;
+    cq.tail_start = N - p.W;
+    cq.floor_first_layer = conv.floor_first_layer;
+    cq.all_layers = conv.all_layers;
+    const double ratio =
+        double(v41::v41_flop_model(c, p, cq).total()) / double(v41::v41_flop_model(c, p, fq).total());
+    row(fmt::format("ced {}", name), s.model.forward_ced(tokens, s.hashing, p.W, conv), ratio);
+  }
+  v41::V41DecodeState cold;
+  s.model.forward(tokens, s.hashing, &cold);
+  // A hit of at most W is the cold run (the properties above); past it the window is rebuilt from H - W.
+  const int64_t H = 2 * p.W + 1;
+  for (const auto& rule : v41::v41_encoder_replay_rules())
+    row(fmt::format("full, hit {} {}", H, rule.name),
+        s.model.forward_resume(tokens, s.hashing, s.model.prefix_hit(cold, H), rule, p.W, N, nullptr), 0);
+}
+
+}  // namespace
+
+void verify_v41(const std::string& config, const std::string& golden_dir, bool skip_drift,
+                std::vector<std::string>& failures) {
+  const v41::V41Config c = v41_config_named(config);
+  const v41::V41Plan p = v41::make_v41_plan(c);
+  heading(fmt::format("the released architecture: layer plan of {} (docs/v41.md §7)", c.name));
+  std::fputs(v41::describe_v41_plan(p).c_str(), stdout);
+  heading("oracle of the release at its real sizes (v41-flash, docs/v41.md §14)");
+  oracle_v41("v41-flash", {4096, 32768, 1000000}, false);
+  heading("CED properties on the release's architecture (v41-tiny, bitwise)");
+  properties(failures);
+  heading("golden gate: our v41 reference against DeepSeek's official code (" + golden_dir + ")");
+  golden_gate(golden_dir, failures);
+  heading(fmt::format("spans of {} (docs/v41.md §13.1, §13.8; found on v41-tiny above)", c.name));
+  std::printf("  %-10s %-10s %11s %12s\n", "convention", "cut layer", "exact span", "decode span");
+  for (const auto& conv : v41::v41_replay_conventions())
+    std::printf("  %-10s %-10s %11lld %12lld\n", conv.name, conv.floor_first_layer ? "floored" : "whole",
+                (long long)v41::v41_exact_span(p, conv), (long long)v41::v41_exact_decode_span(p, conv));
+  std::printf("  encoder replay after a prefix-cache hit: %lld rows rebuilt make the resume the cold run\n",
+              (long long)v41::v41_encoder_replay_span(p, 0));
+  if (!skip_drift) {
+    heading("replay drift per convention and encoder-replay rule (docs/v41.md §13.7, §13.8)");
+    drift(c, failures);
+  }
+}
+
+}  // namespace ced::tools
