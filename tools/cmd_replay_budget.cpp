@@ -181,6 +181,20 @@ void write_outputs(const std::string& out, const Config& c, const std::vector<st
 
 }  // namespace
 
+namespace {
+// --shard i/n: two whole numbers with 0 <= i < n.
+std::pair<int64_t, int64_t> parse_shard(const std::string& arg) {
+  const size_t slash = arg.find('/');
+  const std::string i = arg.substr(0, slash), n = slash == std::string::npos ? "" : arg.substr(slash + 1);
+  auto whole = [](const std::string& t) {
+    return !t.empty() && t.size() < 10 && t.find_first_not_of("0123456789") == std::string::npos;
+  };
+  if (!whole(i) || !whole(n) || std::stoll(n) < 1 || std::stoll(i) >= std::stoll(n))
+    throw InputError(fmt::format("--shard: '{}' is not i/n with 0 <= i < n", arg));
+  return {std::stoll(i), std::stoll(n)};
+}
+}  // namespace
+
 Runner add_replay_budget(CLI::App& app) {
   struct Opts {
     ModelOptions model;
@@ -217,7 +231,7 @@ Runner add_replay_budget(CLI::App& app) {
       ->transform(integer_in(0, kMaxLength));
   return {sub, [o, seeds, sub] {
             if (names_v41_family(o->model.config)) {
-              refuse_given(sub, {"--shard", "--decode", "--backend", "--bootstrap-seed", "--set"},
+              refuse_given(sub, {"--decode", "--backend", "--bootstrap-seed", "--set"},
                            "not an option of the v41 study yet (docs/v41.md §13.7)");
               V41ReplayBudgetOptions v;
               v.config = o->model.config;
@@ -236,13 +250,14 @@ Runner add_replay_budget(CLI::App& app) {
               v.out = o->out;
               v.out_name = std::filesystem::path(o->out).filename().string();
               v.threads = omp_get_max_threads();
+              if (!o->shard.empty()) std::tie(v.shard, v.n_shards) = parse_shard(o->shard);
               v.command = fmt::format("ced replay-budget --config {} --tokens {} --token-seed-list {} --weight-seeds {} "
-                                      "--regime {} --convention {}{}{} --out {}",
+                                      "--regime {} --convention {}{}{}",
                                       v.config, fmt::join(v.lengths, " "), fmt::join(v.token_seeds, " "),
                                       fmt::join(v.weight_seeds, " "), fmt::join(v.regimes, " "),
                                       fmt::join(v.conventions, " "),
                                       v.replays.empty() ? "" : fmt::format(" --replay {}", fmt::join(v.replays, " ")),
-                                      v.speculative ? fmt::format(" --speculative {}", v.speculative) : "", v.out_name);
+                                      v.speculative ? fmt::format(" --speculative {}", v.speculative) : "");
               return replay_budget_v41(v);
             }
             refuse_given(sub, {"--regime", "--convention", "--speculative"},
@@ -255,17 +270,7 @@ Runner add_replay_budget(CLI::App& app) {
             if (b.lengths.empty()) b.lengths = {default_budget_length(p)};
             if (b.weight_seeds.empty()) b.weight_seeds = {o->model.weight_seed};
             const bool sharded = !o->shard.empty();
-            if (sharded) {
-              const size_t slash = o->shard.find('/');
-              const std::string i = o->shard.substr(0, slash), n = slash == std::string::npos ? "" : o->shard.substr(slash + 1);
-              auto whole = [](const std::string& t) {
-                return !t.empty() && t.size() < 10 && t.find_first_not_of("0123456789") == std::string::npos;
-              };
-              if (!whole(i) || !whole(n) || std::stoll(n) < 1 || std::stoll(i) >= std::stoll(n))
-                throw InputError(fmt::format("--shard: '{}' is not i/n with 0 <= i < n", o->shard));
-              b.shard = std::stoll(i);
-              b.n_shards = std::stoll(n);
-            }
+            if (sharded) std::tie(b.shard, b.n_shards) = parse_shard(o->shard);
             check_writable(o->out);
             const auto attrs = study_attrs(p, b, o->bootstrap_seed);
             std::printf("ced replay-budget: config %s, weight seeds %s, token seeds %s, N %s, B %s, decode %lld, "
@@ -309,6 +314,11 @@ Runner add_merge(CLI::App& app) {
   sub->add_option("shards", o->shards, "the shard files (PREFIX.h5 of each --shard i/n run)")->required();
   sub->add_option("--out", o->out, "output prefix")->required();
   return {sub, [o] {
+            // A v41 study's shards are its OUT.json files (docs/v41.md §13.7).
+            const auto json = [](const std::string& f) { return f.size() > 5 && f.ends_with(".json"); };
+            if (std::all_of(o->shards.begin(), o->shards.end(), json)) return merge_v41(o->shards, o->out);
+            if (std::any_of(o->shards.begin(), o->shards.end(), json))
+              throw InputError("merge: the shards of one study are all .h5 (the lab model's) or all .json (a v41 one)");
             check_writable(o->out);
             std::vector<std::string> names = kStudyAttrs;
             names.push_back("shard");

@@ -70,9 +70,14 @@ struct V41ReplayBudgetOptions {
   int64_t speculative = 0;
   std::string out, out_name;  // the prefix, and its file name for the page
   int threads = 1;            // for the page
-  std::string command;        // the command line, for the page
+  std::string command;        // the command line without --shard and --out, for the page
+  int64_t shard = 0, n_shards = 1;  // with n_shards > 1: run the shard's samples, write OUT.json for `ced merge`
+  int64_t merged_shards = 0;        // the page of a merge: how many shards ran it
 };
 int replay_budget_v41(const V41ReplayBudgetOptions& o);
+// `ced merge` of v41 study shards (their OUT.json files): the unsharded run's outputs, InputError for files
+// that are not the shards of one study, a shard missing or given twice.
+int merge_v41(const std::vector<std::string>& files, const std::string& out);
 
 // `ced cache-hit` on a v41 config (docs/v41.md §13.8): the prompt resumed after prefix-cache hits at each
 // H under each engine's encoder-replay rule, against its cold run in each mode; OUT.md and OUT.csv with out.

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "compare/compare.hpp"
@@ -31,6 +34,9 @@ struct Sample {
   double flop_ratio = 0, time_ratio = 0;
   std::vector<double> drift;  // [L]: rel L2 of the last row's stream after each layer (0 below the cut)
 };
+// A shard's samples in its JSON file, each field by name (doubles written to read back to the same bits).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Sample, regime, convention, weight_seed, token_seed, N, K, kl, rel_l2, top1, bitwise,
+                                   flop_ratio, time_ratio, drift)
 
 double median(std::vector<double> v) {
   if (v.empty()) return std::nan("");
@@ -151,9 +157,19 @@ std::string page(const V41ReplayBudgetOptions& o, const v41::V41Config& c, const
       c.name, p.L, p.E, p.W, fmt::join(o.weight_seeds, ", "),
       o.token_seeds.empty() ? std::string("-") : fmt::format("{}..{}", o.token_seeds.front(), o.token_seeds.back()),
       fmt::join(o.regimes, ", "));
-  s += "```sh\n" + command + "\n```\n\n";
-  s += fmt::format("Wall time {:.1f} s ({:.1f} min) on this machine ({} threads).\n\n", wall_s, wall_s / 60,
-                   o.threads);
+  if (o.merged_shards > 0)
+    s += fmt::format("```sh\nfor i in $(seq 0 {1}); do {0} --shard $i/{2} --out {3}.shard$i; done  # or a Slurm array\n"
+                     "ced merge {3}.shard*.json --out {3}\n```\n\n",
+                     command, o.merged_shards - 1, o.merged_shards, o.out_name);
+  else
+    s += fmt::format("```sh\n{} --out {}\n```\n\n", command, o.out_name);
+  if (o.merged_shards > 0)
+    s += fmt::format("Run as {} shards (`--shard i/{}`, then `ced merge`): {:.1f} s ({:.1f} min) of wall time summed "
+                     "over the shards ({} thread{} each).\n\n",
+                     o.merged_shards, o.merged_shards, wall_s, wall_s / 60, o.threads, o.threads == 1 ? "" : "s");
+  else
+    s += fmt::format("Wall time {:.1f} s ({:.1f} min) on this machine ({} thread{}).\n\n", wall_s, wall_s / 60,
+                     o.threads, o.threads == 1 ? "" : "s");
   s += "Exact spans (the plan's, docs/v41.md §13.1): ";
   std::vector<std::string> spans;
   for (const auto& name : o.conventions) {
@@ -223,6 +239,29 @@ std::string page(const V41ReplayBudgetOptions& o, const v41::V41Config& c, const
   return s;
 }
 
+// A shard's file: the study it belongs to, its index, its time and its samples (every double written so
+// that it reads back to the same bits).
+nlohmann::json study_json(const V41ReplayBudgetOptions& o) {
+  return {{"config", o.config},           {"lengths", o.lengths},     {"replays", o.replays},
+          {"token_seeds", o.token_seeds}, {"weight_seeds", o.weight_seeds}, {"regimes", o.regimes},
+          {"conventions", o.conventions}, {"speculative", o.speculative}, {"threads", o.threads},
+          {"command", o.command}};
+}
+
+nlohmann::json shard_json(const V41ReplayBudgetOptions& o, const std::vector<Sample>& samples, double seconds) {
+  nlohmann::json j = {{"kind", "ced replay-budget v41 shard"},
+                      {"generator", fmt::format("ced-harness {}", CED_VERSION)},
+                      {"shard", o.shard},
+                      {"n_shards", o.n_shards},
+                      {"seconds", seconds},
+                      {"study", study_json(o)}};
+  j["samples"] = samples;
+  return j;
+}
+
+void write_outputs(const V41ReplayBudgetOptions& o, const v41::V41Config& c, const v41::V41Plan& p,
+                   const std::vector<Sample>& samples, double wall_s);
+
 }  // namespace
 
 int replay_budget_v41(const V41ReplayBudgetOptions& o) {
@@ -237,6 +276,7 @@ int replay_budget_v41(const V41ReplayBudgetOptions& o) {
   const int64_t row = c.hc_mult * c.dim, V = c.vocab_size;
   std::vector<Sample> samples;
   Stopwatch wall;
+  int64_t unit = -1;  // the samples in study order; a shard runs those of its index modulo the shards
   for (uint64_t ws : o.weight_seeds) {
     const v41::V41Checkpoint ck = v41::make_v41_random_checkpoint(c, ws);
     for (const auto& regime_name : o.regimes) {
@@ -244,6 +284,7 @@ int replay_budget_v41(const V41ReplayBudgetOptions& o) {
       m.set_captures(false);  // the layers' outputs and logits only
       for (int64_t N : o.lengths)
         for (uint64_t ts : o.token_seeds) {
+          if (++unit % o.n_shards != o.shard) continue;
           const std::vector<int64_t> tokens = v41_seeded_tokens(ts, c, N);
           // Exact recovery: the full prefill, timed. Then one encoding per cut (the engines' E, the
           // all-layers tail's 0), timed: a replay's time is its encoding's and its own, over the full one's.
@@ -283,13 +324,102 @@ int replay_budget_v41(const V41ReplayBudgetOptions& o) {
         }
     }
   }
+  if (o.n_shards > 1) {
+    write_text_atomically(o.out + ".json", shard_json(o, samples, wall.seconds()).dump(1) + "\n");
+    std::printf("wrote shard %lld/%lld: %s.json (%zu replays, %.1f s); combine the shards with `ced merge`\n",
+                (long long)o.shard, (long long)o.n_shards, o.out.c_str(), samples.size(), wall.seconds());
+    return 0;
+  }
+  write_outputs(o, c, p, samples, wall.seconds());
+  return 0;
+}
+
+namespace {
+void write_outputs(const V41ReplayBudgetOptions& o, const v41::V41Config& c, const v41::V41Plan& p,
+                   const std::vector<Sample>& samples, double wall_s) {
   const std::vector<Row> rows = aggregate(samples, p.L);
   write_text_atomically(o.out + "-samples.csv", csv_samples(samples));
   write_text_atomically(o.out + ".csv", csv_rows(rows));
   write_text_atomically(o.out + "-drift.csv", csv_drift(rows));
-  write_text_atomically(o.out + ".md", page(o, c, p, rows, wall.seconds(), o.command));
+  write_text_atomically(o.out + ".md", page(o, c, p, rows, wall_s, o.command));
   std::printf("wrote %s.md, %s.csv, %s-samples.csv, %s-drift.csv: %zu replays in %.1f s\n", o.out.c_str(),
-              o.out.c_str(), o.out.c_str(), o.out.c_str(), samples.size(), wall.seconds());
+              o.out.c_str(), o.out.c_str(), o.out.c_str(), samples.size(), wall_s);
+}
+}  // namespace
+
+int merge_v41(const std::vector<std::string>& files, const std::string& out) {
+  check_writable(out);
+  V41ReplayBudgetOptions o;
+  std::string first_file;
+  nlohmann::json first_study;
+  std::map<int64_t, std::string> seen;
+  int64_t n_shards = 0;
+  double seconds = 0;
+  std::vector<Sample> samples;
+  for (const std::string& f : files) {
+    nlohmann::json j;
+    try {
+      std::ifstream in(f, std::ios::binary);
+      if (!in) throw InputError("cannot read the file");
+      j = nlohmann::json::parse(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+      if (j.at("kind") != "ced replay-budget v41 shard") throw InputError("not a shard of a v41 study");
+      const int64_t i = j.at("shard"), n = j.at("n_shards");
+      if (first_file.empty()) {
+        first_file = f;
+        first_study = j.at("study");
+        n_shards = n;
+      } else if (j.at("study") != first_study) {
+        throw InputError(fmt::format("another study than '{}'s", first_file));
+      } else if (n != n_shards) {
+        throw InputError(fmt::format("shard {} of {}, '{}' one of {}", i, n, first_file, n_shards));
+      }
+      if (i < 0 || i >= n) throw InputError(fmt::format("shard {} of {}", i, n));
+      if (!seen.emplace(i, f).second)
+        throw InputError(fmt::format("shard {}/{} given twice (also '{}')", i, n, seen[i]));
+      seconds += j.at("seconds").get<double>();
+      for (Sample& x : j.at("samples").get<std::vector<Sample>>()) samples.push_back(std::move(x));
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(fmt::format("'{}': not a v41 study shard ({})", f, e.what()));
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("'{}': {}", f, e.what()));
+    }
+  }
+  std::vector<int64_t> missing;
+  for (int64_t i = 0; i < n_shards; ++i)
+    if (!seen.count(i)) missing.push_back(i);
+  if (!missing.empty())
+    throw InputError(fmt::format("shard{} {} of {} missing", missing.size() > 1 ? "s" : "", fmt::join(missing, ", "),
+                                 n_shards));
+  o.config = first_study.at("config");
+  o.lengths = first_study.at("lengths").get<std::vector<int64_t>>();
+  o.replays = first_study.at("replays").get<std::vector<int64_t>>();
+  o.token_seeds = first_study.at("token_seeds").get<std::vector<uint64_t>>();
+  o.weight_seeds = first_study.at("weight_seeds").get<std::vector<uint64_t>>();
+  o.regimes = first_study.at("regimes").get<std::vector<std::string>>();
+  o.conventions = first_study.at("conventions").get<std::vector<std::string>>();
+  o.speculative = first_study.at("speculative");
+  o.threads = first_study.at("threads");
+  o.command = first_study.at("command");
+  o.out = out;
+  o.out_name = std::filesystem::path(out).filename().string();
+  o.merged_shards = n_shards;
+  const v41::V41Config c = v41_config_named(o.config);
+  const v41::V41Plan p = v41::make_v41_plan(c);
+  // The study's own order: weight seed, regime, N, token seed, then convention and K as they were run.
+  auto index_of = [](const auto& v, const auto& x) { return std::find(v.begin(), v.end(), x) - v.begin(); };
+  std::stable_sort(samples.begin(), samples.end(), [&](const Sample& a, const Sample& b) {
+    return std::tuple(index_of(o.weight_seeds, a.weight_seed), index_of(o.regimes, a.regime), index_of(o.lengths, a.N),
+                      index_of(o.token_seeds, a.token_seed)) <
+           std::tuple(index_of(o.weight_seeds, b.weight_seed), index_of(o.regimes, b.regime), index_of(o.lengths, b.N),
+                      index_of(o.token_seeds, b.token_seed));
+  });
+  const size_t units = o.weight_seeds.size() * o.regimes.size() * o.lengths.size() * o.token_seeds.size();
+  std::set<std::tuple<uint64_t, std::string, int64_t, uint64_t>> have;
+  for (const Sample& s : samples) have.insert({s.weight_seed, s.regime, s.N, s.token_seed});
+  if (have.size() != units)
+    throw InputError(fmt::format("the shards hold {} of the study's {} samples (a damaged or edited shard)",
+                                 have.size(), units));
+  write_outputs(o, c, p, samples, seconds);
   return 0;
 }
 

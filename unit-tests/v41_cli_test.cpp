@@ -351,7 +351,44 @@ TEST(V41Cli, TheReplayBudgetWritesItsPageAndTablesAndIsExactFromTheSpanOn) {
   EXPECT_NE(md.find("| release | 60 | sglang | 16 |"), std::string::npos) << md;
   expect_refused("replay-budget --config v41-tiny --tokens 60 --convention chiro --out " + out.string(),
                  "replay convention 'chiro'");
-  expect_refused("replay-budget --config v41-tiny --tokens 60 --shard 0/2 --out " + out.string(), "--shard");
+}
+
+// The columns of a samples CSV but the measured time ratio (the last), which carries the machine's noise.
+std::string without_time(const fs::path& f) {
+  std::ifstream in(f);
+  std::string line, all;
+  while (std::getline(in, line)) all += line.substr(0, line.rfind(',')) + "\n";
+  return all;
+}
+
+TEST(V41Cli, AStudyRunAsShardsAndMergedIsTheUnshardedOneAndAShardMissingOrTwiceIsRefused) {
+  const std::string study = "replay-budget --config v41-tiny --tokens 40 --token-seeds 3 --regime release "
+                            "--convention sglang --replay 16 46 --out ";
+  const fs::path whole = scratch() / "whole", merged = scratch() / "merged";
+  ASSERT_EQ(ced(study + whole.string()).code, 0);
+  std::vector<std::string> shards;
+  for (int i = 0; i < 2; ++i) {
+    const fs::path s = scratch() / ("part" + std::to_string(i));
+    const test::Result r = ced(study + s.string() + " --shard " + std::to_string(i) + "/2");
+    ASSERT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_FALSE(fs::exists(s.string() + ".md"));
+    shards.push_back(s.string() + ".json");
+  }
+  const test::Result m = ced("merge " + shards[1] + " " + shards[0] + " --out " + merged.string());
+  ASSERT_EQ(m.code, 0) << m.out << m.err;
+  EXPECT_EQ(without_time(merged.string() + "-samples.csv"), without_time(whole.string() + "-samples.csv"));
+  EXPECT_EQ(without_time(merged.string() + ".csv"), without_time(whole.string() + ".csv"));
+  std::ifstream page(merged.string() + ".md");
+  const std::string md((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("Run as 2 shards"), std::string::npos) << md;
+  expect_refused("merge " + shards[0] + " --out " + merged.string(), "shard 1 of 2 missing");
+  expect_refused("merge " + shards[0] + " " + shards[0] + " --out " + merged.string(), "given twice");
+  expect_refused("merge " + shards[0] + " " + whole.string() + "-samples.csv --out " + merged.string(), "all .h5");
+  const fs::path other = scratch() / "other";
+  ASSERT_EQ(ced("replay-budget --config v41-tiny --tokens 41 --token-seeds 3 --regime release --convention sglang "
+                "--replay 16 46 --shard 1/2 --out " + other.string()).code, 0);
+  expect_refused("merge " + shards[0] + " " + other.string() + ".json --out " + merged.string(), "another study");
+  expect_refused("replay-budget --config v41-tiny --tokens 40 --shard 2/2 --out " + other.string(), "--shard");
 }
 
 TEST(V41Cli, CacheHitsUpToTheWindowAreTheColdRunsBitsPerRuleAndThePlantedReplayStartIsAMismatch) {
