@@ -180,6 +180,25 @@ TEST(V41Resume, ThePlantedOffByOneReplayStartIsCaughtAtAHitOfTheWindow) {
             cold.run.logits);
 }
 
+TEST(V41Resume, AHitOfTheWholePromptRebuildsItsPendingGroupForTheNextDecodeStep) {
+  // The cache has every group of the prompt but not the one being filled at an odd length: the resume must
+  // recompute it from its token, or the decode step after it reads an empty group.
+  const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, V41Regime::release);
+  const int64_t W = m.plan().W, N = W - 1;  // odd, and within the window: every row rebuilt
+  const auto tokens = prompt(N + 1, m.config().vocab_size, 5);
+  const std::vector<int64_t> p(tokens.begin(), tokens.end() - 1);
+  const V41EngramHashing h = v41_checkpoint_hashing(m.config());
+  const auto& conv = v41_replay_convention("sglang");
+  V41DecodeState cold, again, st;
+  const V41ForwardResult want = m.forward_ced(p, h, W, conv, &cold);
+  m.forward_ced(p, h, W, conv, &again);
+  const V41ForwardResult got = m.forward_resume(p, h, m.prefix_hit(again, N), v41_encoder_replay_rule("trtllm"), W, W,
+                                                &conv, &st);
+  EXPECT_EQ(got.logits, want.logits);
+  for (size_t l = 0; l < st.layers.size(); ++l) EXPECT_EQ(st.layers[l].kv_state, cold.layers[l].kv_state) << l;
+  EXPECT_EQ(m.decode_step(tokens.back(), h, st).logits, m.decode_step(tokens.back(), h, cold).logits);
+}
+
 TEST(V41Resume, RefusesAHitLongerThanThePromptAndTheAllLayersTail) {
   const V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, V41Regime::f64);
   const auto tokens = prompt(40, m.config().vocab_size, 3);

@@ -75,7 +75,10 @@ void publish_sources(const LayerCtx& L, std::span<const double> x, V41SharedAtte
   const V41LayerCache* src = L.sources;
   const int64_t G = src ? static_cast<int64_t>(src->compress_kv.size()) / hd : 0;
   shared.ratio = r;
-  if (src && G >= T) {  // every group read-only, and with them the group being filled
+  // Every group read-only, and with them the group being filled: the prefill side's sources hold it; a
+  // prefix cache does not, so a group pending at its end is recomputed from its tokens below.
+  const bool pending = (P0 + N) % r != 0 && src && src->kv_state.empty();
+  if (src && G >= T && !pending) {
     shared.compress_kv = src->compress_kv;
     shared.compress_rows = T;
     cap.compress_kv = src->compress_kv;
