@@ -97,6 +97,29 @@ TEST(V41Ced, TheExactSpanMakesTheLastPositionBitwiseExactAndOneRowFewerLeavesIts
   }
 }
 
+TEST(V41Ced, ExactReplayIsBitwiseOnAPromptOfTiesUnderEitherTieRule) {
+  // One token repeated: the index scores tie everywhere (equal keys of equal rows, and ReLU's exact zeros),
+  // so every selection is decided by the tie rule. A tail row's score row has the prefill's length (every
+  // group of the prompt), so either rule selects alike in both, and the exact span stays bitwise.
+  for (V41TopkTies ties : {V41TopkTies::torch, V41TopkTies::lowest_index}) {
+    V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, V41Regime::release);
+    V41Options o;
+    o.topk_ties = ties;
+    m.set_options(o);
+    const int64_t N = 60, V = m.config().vocab_size;  // past sglang's span 46 and vllm's 31; ascend's 91 is all
+    const std::vector<int64_t> tokens(static_cast<size_t>(N), 7);
+    const V41EngramHashing h = v41_checkpoint_hashing(m.config());
+    const V41ForwardResult full = m.forward(tokens, h);
+    for (const char* name : {"sglang", "vllm", "ascend"}) {
+      const V41ReplayConvention& conv = v41_replay_convention(name);
+      EXPECT_EQ(logits_at(m.forward_ced(tokens, h, v41_exact_span(m.plan(), conv), conv), N - 1, V),
+                logits_at(full, N - 1, V))
+          << name << " " << v41_topk_ties_name(ties);
+      EXPECT_EQ(m.forward_ced(tokens, h, N, conv).logits, full.logits) << name << " " << v41_topk_ties_name(ties);
+    }
+  }
+}
+
 TEST(V41Ced, TheFloorProbeChangesNothingWhereNothingIsFloored) {
   V41Model m(tiny_checkpoint().config, tiny_checkpoint().weights, V41Regime::release);
   const auto tokens = prompt(60, m.config().vocab_size, 7);
