@@ -40,16 +40,6 @@ struct Row {
   bool ok = true;
 };
 
-std::span<const double> last_row(const v41::V41ForwardResult& r, int64_t V) {
-  return std::span<const double>(r.logits).last(static_cast<size_t>(V));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 std::vector<Row> aggregate(const std::vector<Sample>& samples) {
   std::vector<Row> rows;
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -167,7 +157,7 @@ int cache_hit_v41(const V41CacheHitOptions& o) {
           conv ? m.forward_ced(tokens, hashing, R, *conv, &cold_state) : m.forward(tokens, hashing, &cold_state);
       std::vector<v41::V41PrefixHit> cache;
       for (int64_t H : hits) cache.push_back(m.prefix_hit(cold_state, H));
-      const std::vector<double> want(last_row(cold, V).begin(), last_row(cold, V).end());
+      const std::span<const double> want = last_logits(cold, V);
       const std::vector<double> want_step = m.decode_step(next, hashing, cold_state).logits;
       for (size_t i = 0; i < hits.size(); ++i)
         for (const auto* rule : rules)
@@ -184,7 +174,7 @@ int cache_hit_v41(const V41CacheHitOptions& o) {
             r.claims_exact = at.start == 0;
             v41::V41DecodeState st;
             const v41::V41ForwardResult got = m.forward_resume(tokens, hashing, cache[i], *rule, K, R, conv, &st);
-            const auto g = last_row(got, V);
+            const auto g = last_logits(got, V);
             const std::vector<double> step = m.decode_step(next, hashing, st).logits;
             auto finite = [](std::span<const double> v) {
               return std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });

@@ -38,13 +38,6 @@ struct Sample {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Sample, regime, convention, weight_seed, token_seed, N, K, kl, rel_l2, top1, bitwise,
                                    flop_ratio, time_ratio, drift)
 
-double median(std::vector<double> v) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // The last row's streams after a layer, from a result whose rows start at first_row.
 std::span<const double> last_stream(const v41::V41ForwardResult& r, size_t layer, int64_t row) {
   const auto& out = r.layers[layer].out;
@@ -65,16 +58,6 @@ std::vector<int64_t> replays_for(const V41ReplayBudgetOptions& o, const v41::V41
   for (int64_t k : ks)
     if (k < N) out.push_back(k);
   return out;
-}
-
-double flop_ratio(const v41::V41Config& c, const v41::V41Plan& p, const v41::V41ReplayConvention& conv, int64_t N,
-                  int64_t K) {
-  v41::V41FlopQuery full, ced;
-  full.n_prompt = ced.n_prompt = N;
-  ced.tail_start = std::max<int64_t>(0, N - K);
-  ced.floor_first_layer = conv.floor_first_layer;
-  ced.all_layers = conv.all_layers;
-  return double(v41::v41_flop_model(c, p, ced).total()) / double(v41::v41_flop_model(c, p, full).total());
 }
 
 std::string csv_samples(const std::vector<Sample>& s) {
@@ -300,19 +283,19 @@ int replay_budget_v41(const V41ReplayBudgetOptions& o) {
               encodings.emplace(conv.all_layers, m.ced_encoding(tokens, hashing, conv));
               encoding_s[conv.all_layers] = sw.seconds();
             }
-            const std::span<const double> want = std::span<const double>(exact.logits).last(static_cast<size_t>(V));
+            const std::span<const double> want = last_logits(exact, V);
             for (int64_t K : replays_for(o, p, conv, N)) {
               Stopwatch sw;
               const v41::V41ForwardResult r = m.forward_ced(encodings.at(conv.all_layers), K, conv);
               const double t = sw.seconds();
-              const std::span<const double> got = std::span<const double>(r.logits).last(static_cast<size_t>(V));
+              const std::span<const double> got = last_logits(r, V);
               const LogitsCompare lc = compare_logits(got, want, {1, V});
               Sample x{regime_name, name, ws, ts, N, K, 0, 0, false, false, 0, 0, {}};
               x.kl = lc.mean_kl;
               x.top1 = lc.top1_agree == 1;
               x.rel_l2 = rel_l2(got, want);
               x.bitwise = std::equal(got.begin(), got.end(), want.begin());
-              x.flop_ratio = flop_ratio(c, p, conv, N, K);
+              x.flop_ratio = ced_flop_ratio(c, p, conv, N, K);
               x.time_ratio = (encoding_s.at(conv.all_layers) + t) / full_s;
               for (size_t l = 0; l < r.layers.size(); ++l)
                 x.drift.push_back(rel_l2(last_stream(r, l, row), last_stream(exact, l, row)));

@@ -1,8 +1,10 @@
 #include "tools/v41_study.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "models/lab/weights.hpp"  // make_tokens
+#include "oracle/v41_flops.hpp"
 
 namespace ced::tools {
 
@@ -28,6 +30,27 @@ double rel_l2(std::span<const double> t, std::span<const double> r) {
     den += r[i] * r[i];
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::span<const double> last_logits(const v41::V41ForwardResult& r, int64_t vocab) {
+  return std::span<const double>(r.logits).last(static_cast<size_t>(vocab));
+}
+
+double ced_flop_ratio(const v41::V41Config& c, const v41::V41Plan& p, const v41::V41ReplayConvention& conv,
+                      int64_t N, int64_t K) {
+  v41::V41FlopQuery full, ced;
+  full.n_prompt = ced.n_prompt = N;
+  ced.tail_start = std::max<int64_t>(0, N - K);
+  ced.floor_first_layer = conv.floor_first_layer;
+  ced.all_layers = conv.all_layers;
+  return double(v41::v41_flop_model(c, p, ced).total()) / double(v41::v41_flop_model(c, p, full).total());
 }
 
 }  // namespace ced::tools

@@ -13,7 +13,6 @@
 #include "models/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/run_file.hpp"
-#include "oracle/v41_flops.hpp"
 #include "tools/common.hpp"
 #include "tools/v41_commands.hpp"
 #include "tools/v41_study.hpp"
@@ -92,11 +91,12 @@ void drift(const v41::V41Config& c, std::vector<std::string>& failures) {
   std::printf("  %s, release, weight and token seed 0, N = %lld: the last position's logits against the full "
               "prefill's (the exact recovery), K = W\n",
               c.name.c_str(), (long long)N);
-  const v41::V41ForwardResult full = s.model.forward(tokens, s.hashing);
-  const std::span<const double> want = std::span<const double>(full.logits).last(static_cast<size_t>(V));
+  v41::V41DecodeState cold;  // the prefix caches of the resumes below
+  const v41::V41ForwardResult full = s.model.forward(tokens, s.hashing, &cold);
+  const std::span<const double> want = last_logits(full, V);
   std::printf("  %-26s %11s %6s %11s %11s\n", "convention / rule", "KL", "top-1", "rel L2", "FLOP ratio");
   auto row = [&](const std::string& what, const v41::V41ForwardResult& r, double flops) {
-    const std::span<const double> got = std::span<const double>(r.logits).last(static_cast<size_t>(V));
+    const std::span<const double> got = last_logits(r, V);
     const LogitsCompare lc = compare_logits(got, want, {1, V});
     const double rel = rel_l2(got, want);
     std::printf("  %-26s %11.3e %6s %11.3e %11s\n", what.c_str(), lc.mean_kl, lc.top1_agree == 1 ? "yes" : "no", rel,
@@ -105,17 +105,9 @@ void drift(const v41::V41Config& c, std::vector<std::string>& failures) {
   };
   for (const char* name : {"sglang", "vllm", "ascend"}) {
     const v41::V41ReplayConvention& conv = v41::v41_replay_convention(name);
-    v41::V41FlopQuery fq, cq;
-    fq.n_prompt = cq.n_prompt = N;
-    cq.tail_start = N - p.W;
-    cq.floor_first_layer = conv.floor_first_layer;
-    cq.all_layers = conv.all_layers;
-    const double ratio =
-        double(v41::v41_flop_model(c, p, cq).total()) / double(v41::v41_flop_model(c, p, fq).total());
-    row(fmt::format("ced {}", name), s.model.forward_ced(tokens, s.hashing, p.W, conv), ratio);
+    row(fmt::format("ced {}", name), s.model.forward_ced(tokens, s.hashing, p.W, conv),
+        ced_flop_ratio(c, p, conv, N, p.W));
   }
-  v41::V41DecodeState cold;
-  s.model.forward(tokens, s.hashing, &cold);
   // A hit of at most W is the cold run (the properties above); past it the window is rebuilt from H - W.
   const int64_t H = 2 * p.W + 1;
   for (const auto& rule : v41::v41_encoder_replay_rules())

@@ -74,6 +74,20 @@ const std::vector<std::string>& v41_fault_names() {
   return names;
 }
 
+namespace {
+// The entry of a table of named presets (the replay conventions, the encoder-replay rules): InputError naming
+// the known ones.
+template <class Entry>
+const Entry& named_entry(const std::vector<Entry>& table, std::string_view name, const char* what) {
+  std::vector<std::string> known;
+  for (const Entry& e : table) {
+    if (name == e.name) return e;
+    known.emplace_back(e.name);
+  }
+  throw InputError(fmt::format("v41 {} '{}': unknown (known: {})", what, name, fmt::join(known, ", ")));
+}
+}  // namespace
+
 V41Fault v41_fault_from_name(std::string_view name) {
   const auto& n = v41_fault_names();
   for (size_t i = 0; i < n.size(); ++i)
@@ -488,12 +502,7 @@ const std::vector<V41ReplayConvention> kConventions = {
 const std::vector<V41ReplayConvention>& v41_replay_conventions() { return kConventions; }
 
 const V41ReplayConvention& v41_replay_convention(std::string_view name) {
-  std::vector<std::string> known;
-  for (const auto& c : kConventions) {
-    if (name == c.name) return c;
-    known.emplace_back(c.name);
-  }
-  throw InputError(fmt::format("v41 replay convention '{}': unknown (known: {})", name, fmt::join(known, ", ")));
+  return named_entry(kConventions, name, "replay convention");
 }
 
 int64_t v41_floored_layers(const V41Plan& p, const V41ReplayConvention& c) {
@@ -573,9 +582,7 @@ V41ForwardResult V41Model::decode_step(int64_t token, const V41EngramHashing& ha
   return out;
 }
 
-}  // namespace ced::v41
-
-namespace ced::v41 {
+// ---- resume after a prefix-cache hit (docs/v41.md §13.8)
 
 namespace {
 // Each layer's cached groups of the first H tokens: floor(H / ratio) of them.
@@ -624,12 +631,7 @@ V41PrefixHit V41Model::prefix_hit(const V41DecodeState& state, int64_t H) const 
 const std::vector<V41EncoderReplayRule>& v41_encoder_replay_rules() { return kEncoderReplayRules; }
 
 const V41EncoderReplayRule& v41_encoder_replay_rule(std::string_view name) {
-  std::vector<std::string> known;
-  for (const auto& r : kEncoderReplayRules) {
-    if (name == r.name) return r;
-    known.emplace_back(r.name);
-  }
-  throw InputError(fmt::format("v41 encoder replay rule '{}': unknown (known: {})", name, fmt::join(known, ", ")));
+  return named_entry(kEncoderReplayRules, name, "encoder replay rule");
 }
 
 V41Resume v41_resume(const V41Plan& p, const V41EncoderReplayRule& rule, int64_t H, int64_t rebuilt) {

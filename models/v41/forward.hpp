@@ -281,22 +281,22 @@ class V41Model {
                               const V41ReplayConvention& convention, bool decode = false) const;
   V41ForwardResult forward_ced(const V41CedEncoding& encoding, int64_t replay, const V41ReplayConvention& convention,
                                V41DecodeState* state = nullptr) const;
-  // The prefill side's source-only write of layer `layer` (a kv source): its collapse with the previous
-  // sublayer's pre_mix, attn_norm, compressor and index keys over every row, and nothing after them.
-  // Its compress_kv and index_k (when it owns them) and, with a ratio > 1, its kv_state and score_state
-  // are what a prefill leaves in the layer's cache.
+  // The prefix cache of the first H tokens from the state a prefill (or a ced prefill: its layers up to the cut
+  // are the prefill's) of at least H tokens seeded; the groups are causal, so these are the cache's bits.
+  V41PrefixHit prefix_hit(const V41DecodeState& state, int64_t H) const;
   // A prompt resumed after a prefix-cache hit (docs/v41.md §13.8): the rows from the rule's start on (with
   // `rebuilt` window rows before the hit) through every layer below the convention's cut, or through every
   // layer without one (a full prefill), their windows floored at the start; each kv source reads the cached
   // groups and computes those after them; then the cut and the layers above it as forward_ced, on the last
   // `replay` rows (all the recomputed ones at most). The result's first_row is its first logits row.
-  // The prefix cache of the first H tokens from the state a prefill (or a ced prefill: its layers up to the cut
-  // are the prefill's) of at least H tokens seeded; the groups are causal, so these are the cache's bits.
-  V41PrefixHit prefix_hit(const V41DecodeState& state, int64_t H) const;
   V41ForwardResult forward_resume(std::span<const int64_t> tokens, const V41EngramHashing& hashing,
                                   const V41PrefixHit& hit, const V41EncoderReplayRule& rule, int64_t rebuilt,
                                   int64_t replay, const V41ReplayConvention* convention,
                                   V41DecodeState* state = nullptr) const;
+  // The prefill side's source-only write of layer `layer` (a kv source): its collapse with the previous
+  // sublayer's pre_mix, attn_norm, compressor and index keys over every row, and nothing after them.
+  // Its compress_kv and index_k (when it owns them) and, with a ratio > 1, its kv_state and score_state
+  // are what a prefill leaves in the layer's cache.
   V41LayerCache source_write(int64_t layer, std::span<const double> streams, std::span<const double> pre_mix,
                              int64_t N) const;
 
