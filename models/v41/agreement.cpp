@@ -106,7 +106,9 @@ double ulps(double d, double ref, int bits) {
   return d / std::ldexp(1.0, e - bits);
 }
 
-void judge(V41TensorAgreement& r) {
+}  // namespace
+
+void v41_judge(V41TensorAgreement& r) {
   const Budget& b = budget_of(r.kind);
   if (r.kind == "logits (end to end)" || r.kind == "decode logits (end to end)") {
     // A random model amplifies every flip layer by layer (§9.4; the official code against itself on
@@ -127,6 +129,16 @@ void judge(V41TensorAgreement& r) {
     r.failure = fmt::format("{:.4f} {} equal < {} ({})", r.bitwise(), r.rows_compared ? "of rows" : "bitwise",
                             b.min_bitwise, b.reason);
 }
+
+std::string v41_budget_reason(const std::string& kind) { return budget_of(kind).reason; }
+
+std::vector<std::string> v41_budget_kinds() {
+  std::vector<std::string> kinds;
+  for (const Budget& b : kBudgets) kinds.emplace_back(b.kind);
+  return kinds;
+}
+
+namespace {
 
 struct Gate {
   const V41Model& model;
@@ -153,7 +165,7 @@ struct Gate {
     if (official.empty()) return;  // not captured
     V41TensorAgreement& r = row(layer, kind);
     v41_compare_values(r, ours, official, (layer >= 0 ? fmt::format("layer {}", layer) : "") + step, row_len);
-    judge(r);
+    v41_judge(r);
   }
   // rows: of both lists (0: the prefill's N).
   template <class A, class B>
@@ -167,7 +179,7 @@ struct Gate {
     v41_compare_rows(r, a, b, rows ? rows : off.result.N, scores, offset);
     for (size_t i = noted; i < r.notes.size(); ++i) r.notes[i] += step;
     if (!placed && !r.where.empty()) r.where += step;
-    judge(r);
+    v41_judge(r);
   }
 };
 

@@ -48,6 +48,14 @@ V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official);
 // checkpoint).
 V41Checkpoint v41_golden_checkpoint(const V41RunFile& f);
 
+// Judges a compared row against its kind's budget (the pass and kind name it): sets `failure`, "" within it.
+// The budgets and their reasons are the gate's; a port's gate (python/ced/v41) judges with the same ones.
+void v41_judge(V41TensorAgreement& row);
+// Why a kind may differ by what its budget allows ("reported, not judged" for a kind without a budget).
+std::string v41_budget_reason(const std::string& kind);
+// Every kind that has a budget, in the gate's order.
+std::vector<std::string> v41_budget_kinds();
+
 // The table a person reads: one line per row (pass, layer, kind, values, bitwise, max |d|, ulps,
 // budget verdict), then the notes.
 std::string v41_agreement_table(const V41Agreement& a);

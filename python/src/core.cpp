@@ -164,6 +164,8 @@ Policy policy_of(const std::string& path) { return path.empty() ? exact_policy()
 
 }  // namespace
 
+void bind_v41(py::module_& m);  // python/src/v41.cpp
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "The CED harness's C++ libraries (docs/spec.md); use the `ced` package, not this module.";
   static py::exception<InputError> input_error(m, "InputError", PyExc_ValueError);
@@ -388,4 +390,5 @@ PYBIND11_MODULE(_core, m) {
     d["judged"] = judged;
     return d;
   });
+  bind_v41(m);
 }

@@ -1,0 +1,109 @@
+"""``ced.v41.generation``: free-running greedy decode on the port against the reference (docs/v41-ports.md).
+
+Each prompt is prefilled and decoded greedily for ``steps`` steps on both sides, each side feeding its own
+choices. vLLM's rule judges a divergence: at the first step where the tokens differ, each side's token must be
+in the other's top-N (the step and both margins reported). Over the prompts: the exact-agreement rate, and the
+per-position KL(reference || engine) distribution (mean, p99, p99.9, max) over the steps both sides saw the
+same context. The statistics are the harness's C++ ones (compare/generation.hpp), as ``ced diff`` prints them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import _core
+from .engine import as_array, capabilities_of, prefill_of
+from .golden import export
+from .reference import ReferenceEngine
+
+
+@dataclass
+class GenerationReport:
+    engine: str
+    prompts: int
+    steps: int
+    top_n: int
+    divergences: list = field(default_factory=list)  # per prompt: the greedy rule's dict
+    agreement: dict = field(default_factory=dict)     # exact-agreement rate, mean agreeing prefix
+    kl: dict = field(default_factory=dict)            # the per-position KL distribution
+    kl_bound: Optional[tuple] = None                  # (quantile key, bound) the policy gates, or None
+    not_supported: str = ""
+
+    @property
+    def failures(self) -> list:
+        bad = [f"prompt {i}: {d['why']}" for i, d in enumerate(self.divergences) if not d["passed"]]
+        if self.kl_bound and self.kl and self.kl[self.kl_bound[0]] > self.kl_bound[1]:
+            bad.append(f"KL {self.kl_bound[0]} {self.kl[self.kl_bound[0]]:.3g} > {self.kl_bound[1]:.3g}")
+        return bad
+
+    @property
+    def passed(self) -> bool:
+        return not self.not_supported and bool(self.divergences) and not self.failures
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        if self.not_supported:
+            return f"not supported: {self.engine}: {self.not_supported}"
+        lines = []
+        for i, d in enumerate(self.divergences):
+            lines.append(f"prompt {i}: " + ("same tokens for every step" if d["step"] < 0 else d["text"]))
+        k = self.kl
+        lines.append(f"greedy exact agreement {self.agreement['rate']:.3f} of {self.prompts} prompts, mean agreeing "
+                     f"prefix {self.agreement['mean_prefix']:.2f} of {self.steps} steps")
+        if k:
+            lines.append(f"KL(reference || engine) per position over {k['count']} positions: mean {k['mean']:.3g}, "
+                         f"p99 {k['p99']:.3g}, p99.9 {k['p999']:.3g}, max {k['max']:.3g} (position {k['argmax']})")
+        verdict = "PASS" if self.passed else "FAIL: " + "; ".join(self.failures)
+        return "\n".join(lines + [f"{verdict} ({self.engine}, vLLM's rule with top-{self.top_n})"])
+
+
+def _greedy(engine: Any, prompt: np.ndarray, steps: int) -> tuple[list, list]:
+    logits = [prefill_of(engine.prefill(prompt)).logits[-1]]
+    tokens = [int(np.argmax(logits[-1]))]
+    for _ in range(steps - 1):
+        logits.append(as_array(engine.decode(tokens[-1])).reshape(-1))
+        tokens.append(int(np.argmax(logits[-1])))
+    return tokens, logits
+
+
+def generation(engine: Any, config: str = "v41-tiny", prompts: int = 4, prompt_len: int = 16, steps: int = 8,
+               top_n: int = 5, weight_seed: int = 0, checkpoint: Optional[str] = None,
+               kl_bound: Optional[tuple] = None, quiet: bool = False) -> GenerationReport:
+    """Free-running greedy decode of ``prompts`` seeded prompts of ``prompt_len`` tokens, ``steps`` tokens each, on
+    the engine and on the reference (in the engine's regime), judged by vLLM's rule with ``top_n``; ``kl_bound``,
+    e.g. ``("p99", 0.05)``, also gates a quantile of the per-position KL."""
+    import tempfile
+    from pathlib import Path
+    name = getattr(engine, "name", type(engine).__name__)
+    rep = GenerationReport(engine=name, prompts=prompts, steps=steps, top_n=top_n, kl_bound=kl_bound)
+    if not {"prefill", "decode"} <= capabilities_of(engine):
+        rep.not_supported = "free-running decode needs the capabilities 'prefill' and 'decode'"
+        if not quiet:
+            print(rep)
+        return rep
+    folder = Path(checkpoint) if checkpoint else Path(tempfile.mkdtemp(prefix="ced-v41-gen-")) / config
+    if not (folder / "config.json").exists():
+        export(config, folder, weight_seed)
+    engine.load(str(folder))
+    reference = ReferenceEngine(getattr(engine, "regime", "release"))
+    reference.load(str(folder))
+    pairs, ref_rows, eng_rows = [], [], []
+    for p in range(prompts):
+        prompt = _core.v41_tokens(str(folder), prompt_len, 1000 + p)
+        ta, la = _greedy(reference, prompt, steps)
+        tb, lb = _greedy(engine, prompt, steps)
+        d = dict(_core.greedy_divergence(np.array(ta), np.array(la), np.array(tb), np.array(lb), top_n))
+        rep.divergences.append(d)
+        pairs.append((np.array(ta), np.array(tb)))
+        same = steps if d["step"] < 0 else d["step"] + 1  # the steps whose context both sides shared
+        ref_rows += la[:same]
+        eng_rows += lb[:same]
+    rep.agreement = dict(_core.greedy_agreement(pairs))
+    rep.kl = dict(_core.kl_distribution(np.array(ref_rows), np.array(eng_rows)))
+    if not quiet:
+        print(rep)
+    return rep

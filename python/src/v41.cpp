@@ -1,0 +1,481 @@
+// ced._core's v41 part (docs/v41.md): the released architecture's reference, checkpoints, run files and the
+// gate's per-tensor judge, for the `ced.v41` package (python/ced/v41), which wraps them as an engine a port is
+// compared with. Every function calls the code the `ced` command runs; nothing is reimplemented.
+#include <fmt/format.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/error.hpp"
+#include "models/lab/weights.hpp"
+#include "models/v41/agreement.hpp"
+#include "models/v41/checkpoint.hpp"
+#include "models/v41/config.hpp"
+#include "models/v41/forward.hpp"
+#include "models/v41/plan.hpp"
+#include "models/v41/run_file.hpp"
+
+namespace py = pybind11;
+using namespace ced;
+using namespace ced::v41;
+
+namespace {
+
+using Doubles = py::array_t<double, py::array::c_style | py::array::forcecast>;
+using Ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+// A vector as an array of the given shape (the last dimension -1: what the size leaves); empty vectors are None,
+// so a capture a layer does not have reads as absent.
+template <class T, class U = T>
+py::object array_of(const std::vector<T>& v, std::vector<py::ssize_t> shape) {
+  if (v.empty()) return py::none();
+  py::ssize_t known = 1, free = -1;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] < 0) free = static_cast<py::ssize_t>(i);
+    else known *= shape[i];
+  if (free >= 0) shape[static_cast<size_t>(free)] = known ? static_cast<py::ssize_t>(v.size()) / known : 0;
+  py::array_t<U> a(shape);
+  U* p = a.mutable_data();
+  for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<U>(v[i]);
+  return std::move(a);
+}
+
+std::vector<double> doubles(const Doubles& a) { return {a.data(), a.data() + a.size()}; }
+std::vector<int64_t> ints(const Ints& a) { return {a.data(), a.data() + a.size()}; }
+std::vector<double> doubles_or_empty(const py::object& o) {
+  return o.is_none() ? std::vector<double>{} : doubles(o.cast<Doubles>());
+}
+std::vector<int64_t> ints_or_empty(const py::object& o) {
+  return o.is_none() ? std::vector<int64_t>{} : ints(o.cast<Ints>());
+}
+
+// One layer's captures as a dict of arrays (absent ones None), in the shapes of docs/v41.md §9.3.
+py::dict capture_dict(const V41LayerCapture& cap, const V41Config& c, int64_t rows) {
+  const py::ssize_t N = rows, hc = c.hc_mult, d = c.dim, H = c.n_heads, hd = c.head_dim;
+  py::dict o;
+  o["layer"] = cap.layer;
+  o["engram_in"] = array_of(cap.engram_in, {N, hc, d});
+  o["hash_ids"] = array_of<int64_t>(cap.hash_ids, {N, -1});
+  o["in"] = array_of(cap.in, {N, hc, d});
+  o["pre_mix"] = array_of(cap.pre_mix, {N, hc});
+  o["attn_pre"] = array_of(cap.attn_pre, {N, hc});
+  o["attn_post"] = array_of(cap.attn_post, {N, hc});
+  o["attn_comb"] = array_of(cap.attn_comb, {N, hc, hc});
+  o["ffn_pre"] = array_of(cap.ffn_pre, {N, hc});
+  o["ffn_post"] = array_of(cap.ffn_post, {N, hc});
+  o["ffn_comb"] = array_of(cap.ffn_comb, {N, hc, hc});
+  o["topk_idxs"] = array_of<int32_t, int64_t>(cap.topk_idxs, {N, -1});
+  o["index_score"] = array_of(cap.index_score, {N, -1});
+  o["compress_kv"] = array_of(cap.compress_kv, {-1, hd});
+  o["index_k"] = array_of(cap.index_k, {-1, static_cast<py::ssize_t>(c.index_head_dim)});
+  o["candidates"] = array_of<uint8_t>(cap.candidates, {N, -1});
+  o["attn_x"] = array_of(cap.attn_x, {N, d});
+  o["attn_out"] = array_of(cap.attn_out, {N, d});
+  o["ffn_x"] = array_of(cap.ffn_x, {N, d});
+  o["ffn_out"] = array_of(cap.ffn_out, {N, d});
+  o["latent"] = array_of(cap.latent, {-1, hd});
+  o["attn_q"] = array_of(cap.attn_q, {N, H, hd});
+  o["attn_kv"] = array_of(cap.attn_kv, {-1, hd});
+  o["attn_idx"] = array_of<int32_t, int64_t>(cap.attn_idx, {N, -1});
+  o["attn_o"] = array_of(cap.attn_o, {N, H, hd});
+  o["experts"] = array_of<int32_t, int64_t>(cap.experts, {N, -1});
+  o["expert_weights"] = array_of(cap.expert_weights, {N, -1});
+  // Without every capture a layer keeps its last row's output only: [1, hc, dim].
+  o["out"] = array_of(cap.out, {-1, hc, d});
+  return o;
+}
+
+py::dict result_dict(const V41ForwardResult& r, const V41Config& c) {
+  py::dict o;
+  const int64_t V = c.vocab_size, rows = V ? static_cast<int64_t>(r.logits.size()) / V : 0;
+  o["first_row"] = r.first_row;
+  o["logits"] = array_of(r.logits, {rows, V});
+  o["final_collapsed"] = array_of(r.final_collapsed, {-1, c.dim});
+  o["final_normed"] = array_of(r.final_normed, {-1, c.dim});
+  py::list layers;
+  for (const auto& cap : r.layers) {
+    // a layer's rows: what its selection or output covers (a CED tail's layers ran fewer than N)
+    const int64_t n = !cap.pre_mix.empty() ? static_cast<int64_t>(cap.pre_mix.size()) / c.hc_mult
+                      : !cap.experts.empty() ? static_cast<int64_t>(cap.experts.size()) / c.n_activated_experts
+                                             : rows;
+    layers.append(capture_dict(cap, c, n));
+  }
+  o["layers"] = layers;
+  return o;
+}
+
+py::dict cache_dict(const V41LayerCache& l, const V41Config& c) {
+  py::dict o;
+  o["window"] = array_of(l.window, {-1, c.head_dim});
+  o["kv_state"] = array_of(l.kv_state, {-1, c.head_dim});
+  o["score_state"] = array_of(l.score_state, {-1, c.head_dim});
+  o["compress_kv"] = array_of(l.compress_kv, {-1, c.head_dim});
+  o["index_k"] = array_of(l.index_k, {-1, c.index_head_dim});
+  return o;
+}
+
+py::dict config_dict(const V41Config& c) {
+  py::dict o;
+  o["name"] = c.name;
+  o["json"] = write_v41_flat_json(c);
+  return o;
+}
+
+// What a layer reads of the layers below it (model.py's shared_attn), from a dict of arrays: the latest kv
+// source's compressed KV and index keys with its ratio, the latest index source's selection, the candidate pool.
+V41SharedAttention shared_of(const py::dict& d, int64_t N) {
+  V41SharedAttention s;
+  if (d.contains("ratio") && !d["ratio"].is_none()) s.ratio = d["ratio"].cast<int64_t>();
+  if (d.contains("compress_kv")) s.compress_kv = doubles_or_empty(d["compress_kv"]);
+  if (d.contains("index_k")) s.index_k = doubles_or_empty(d["index_k"]);
+  s.compress_rows = s.ratio > 0 ? N / s.ratio : 0;
+  if (d.contains("topk_idxs") && !d["topk_idxs"].is_none()) {
+    const Ints t = d["topk_idxs"].cast<Ints>();
+    s.topk = t.ndim() == 2 ? t.shape(1) : 0;
+    s.topk_idxs.assign(t.data(), t.data() + t.size());
+  }
+  if (d.contains("candidates") && !d["candidates"].is_none()) {
+    const auto a = d["candidates"].cast<py::array_t<uint8_t, py::array::c_style | py::array::forcecast>>();
+    s.candidates.assign(a.data(), a.data() + a.size());
+  }
+  return s;
+}
+
+py::dict shared_dict(const V41SharedAttention& s, const V41Config& c, int64_t N) {
+  py::dict o;
+  o["ratio"] = s.ratio;
+  o["compress_kv"] = array_of(s.compress_kv, {-1, c.head_dim});
+  o["index_k"] = array_of(s.index_k, {-1, c.index_head_dim});
+  o["topk_idxs"] = array_of<int32_t, int64_t>(s.topk_idxs, {N, -1});
+  o["candidates"] = array_of<uint8_t>(s.candidates, {N, -1});
+  return o;
+}
+
+// The reference as a stateful engine: a checkpoint, a regime, and the decode state of its last prefill.
+class Reference {
+ public:
+  Reference(V41Checkpoint ck, const std::string& regime)
+      : ck_(std::move(ck)), model_(ck_.config, ck_.weights, v41_regime_from_name(regime)),
+        hashing_(v41_checkpoint_hashing(ck_.config)), digest_(v41_weights_digest(ck_.weights)) {}
+
+  const V41Model& model() const { return model_; }
+  V41Model& model() { return model_; }
+  const V41Config& config() const { return ck_.config; }
+  const std::string& digest() const { return digest_; }
+
+  py::dict prefill(const Ints& tokens) {
+    const std::vector<int64_t> t = checked(tokens);
+    state_ = V41DecodeState{};
+    py::gil_scoped_release nogil;
+    const V41ForwardResult r = model_.forward(t, hashing_, &state_);
+    py::gil_scoped_acquire gil;
+    return result_dict(r, config());
+  }
+  py::dict prefill_ced(const Ints& tokens, int64_t replay, const std::string& convention) {
+    const std::vector<int64_t> t = checked(tokens);
+    const V41ReplayConvention& conv = v41_replay_convention(convention);
+    if (replay < 1) throw InputError(fmt::format("replay: {} rows; a replay needs at least one", replay));
+    state_ = V41DecodeState{};
+    V41ForwardResult r;
+    {
+      py::gil_scoped_release nogil;
+      r = model_.forward_ced(t, hashing_, replay, conv, &state_);
+    }
+    return result_dict(r, config());
+  }
+  py::dict resume(const Ints& tokens, int64_t hit, const std::string& rule, int64_t replay,
+                  const std::optional<std::string>& convention) {
+    const std::vector<int64_t> t = checked(tokens);
+    const int64_t N = static_cast<int64_t>(t.size());
+    if (hit < 1 || hit > N) throw InputError(fmt::format("hit: {} tokens of a prompt of {}", hit, N));
+    const V41EncoderReplayRule& r = v41_encoder_replay_rule(rule);
+    const V41ReplayConvention* conv = convention ? &v41_replay_convention(*convention) : nullptr;
+    V41ForwardResult out;
+    {
+      py::gil_scoped_release nogil;
+      // the prefix cache of the hit, from a cold prefill of the hit's tokens (the groups are causal)
+      V41DecodeState cold;
+      model_.forward(std::span(t).first(static_cast<size_t>(hit)), hashing_, &cold);
+      const V41PrefixHit cached = model_.prefix_hit(cold, hit);
+      state_ = V41DecodeState{};
+      out = model_.forward_resume(t, hashing_, cached, r, model_.plan().W, conv ? replay : N, conv, &state_);
+    }
+    return result_dict(out, config());
+  }
+  py::dict decode(int64_t token) {
+    if (state_.layers.empty()) throw InputError("decode: no prefill before it");
+    check_token(token);
+    V41ForwardResult r;
+    {
+      py::gil_scoped_release nogil;
+      r = model_.decode_step(token, hashing_, state_);
+    }
+    return result_dict(r, config());
+  }
+  // One block on given streams [N, hc, dim] (before its Engram) and pre_mix [N, hc], the prompt's tokens (its
+  // Engram's n-grams) and what the layers below published (shared_of); returns its captures and what it published.
+  py::tuple run_layer(int64_t layer, const Doubles& streams, const Doubles& pre_mix, const Ints& tokens,
+                      const py::dict& shared) {
+    check_layer(layer);
+    const std::vector<int64_t> t = checked(tokens);
+    const int64_t N = static_cast<int64_t>(t.size());
+    check_size("streams", streams.size(), N * config().hc_mult * config().dim);
+    check_size("pre_mix", pre_mix.size(), N * config().hc_mult);
+    V41SharedAttention s = shared_of(shared, N);
+    const std::vector<int64_t> ids = layer_hash_ids(layer, t);
+    const std::vector<double> x = doubles(streams), pm = doubles(pre_mix);
+    V41LayerCapture cap;
+    {
+      py::gil_scoped_release nogil;
+      cap = model_.run_layer(layer, x, pm, N, ids, s);
+    }
+    return py::make_tuple(capture_dict(cap, config(), N), shared_dict(s, config(), N));
+  }
+  // The attention alone on x [N, dim] (attn_norm's output): its captures (index scores among them).
+  py::dict attention(int64_t layer, const Doubles& x, const py::dict& shared) {
+    check_layer(layer);
+    const int64_t N = x.size() / config().dim;
+    check_size("x", x.size(), N * config().dim);
+    V41SharedAttention s = shared_of(shared, N);
+    V41LayerCapture cap;
+    cap.layer = layer;
+    const std::vector<double> in = doubles(x);
+    std::vector<double> out;
+    {
+      py::gil_scoped_release nogil;
+      out = model_.attention(layer, in, N, s, cap);
+    }
+    cap.attn_out = out;
+    return capture_dict(cap, config(), N);
+  }
+  py::dict moe(int64_t layer, const Doubles& x) {
+    check_layer(layer);
+    const int64_t N = x.size() / config().dim;
+    check_size("x", x.size(), N * config().dim);
+    V41LayerCapture cap;
+    cap.layer = layer;
+    const std::vector<double> in = doubles(x);
+    cap.ffn_out = model_.moe(layer, in, N, cap);
+    return capture_dict(cap, config(), N);
+  }
+  // The final collapse with the last block's ffn_pre, norm and head.
+  py::dict head(const Doubles& streams, const Doubles& pre_mix) {
+    const int64_t N = pre_mix.size() / config().hc_mult;
+    check_size("streams", streams.size(), N * config().hc_mult * config().dim);
+    V41ForwardResult r;
+    model_.head(doubles(streams), doubles(pre_mix), N, r);
+    return result_dict(r, config());
+  }
+  py::dict head_collapsed(const Doubles& collapsed) {
+    const int64_t N = collapsed.size() / config().dim;
+    check_size("collapsed", collapsed.size(), N * config().dim);
+    V41ForwardResult r;
+    model_.head_collapsed(doubles(collapsed), N, r);
+    return result_dict(r, config());
+  }
+  std::vector<int64_t> layer_hash_ids(int64_t layer, const std::vector<int64_t>& tokens) const {
+    const V41Plan& p = model_.plan();
+    if (!p[layer].engram) return {};
+    const auto at = std::find(p.engram_layers.begin(), p.engram_layers.end(), layer);
+    const int64_t index = at - p.engram_layers.begin(), N = static_cast<int64_t>(tokens.size());
+    return model_.engram_layer_hash_ids(model_.engram_hash_ids(tokens, hashing_), N, index);
+  }
+
+ private:
+  void check_token(int64_t t) const {
+    if (t < 0 || t >= config().vocab_size)
+      throw InputError(fmt::format("tokens: {} is outside [0, {})", t, config().vocab_size));
+  }
+  std::vector<int64_t> checked(const Ints& tokens) const {
+    if (tokens.ndim() != 1 || tokens.size() < 1) throw InputError("tokens: want a non-empty 1-D array of token ids");
+    std::vector<int64_t> t = ints(tokens);
+    for (int64_t x : t) check_token(x);
+    return t;
+  }
+  void check_layer(int64_t layer) const {
+    if (layer < 0 || layer >= config().n_layers)
+      throw InputError(fmt::format("layer: {} is outside [0, {})", layer, config().n_layers));
+  }
+  static void check_size(const char* what, py::ssize_t got, int64_t want) {
+    if (got != want) throw InputError(fmt::format("{}: {} values, want {}", what, got, want));
+  }
+
+  V41Checkpoint ck_;
+  V41Model model_;
+  V41EngramHashing hashing_;
+  std::string digest_;
+  V41DecodeState state_;
+};
+
+V41Config config_named(const std::string& name) {
+  if (is_v41_builtin(name)) return v41_builtin_config(name);
+  if (std::filesystem::is_directory(name)) {
+    V41Config c = load_v41_checkpoint_config(name);
+    c.name = name;
+    return c;
+  }
+  throw InputError(fmt::format("config {}: not a v41 built-in ({}) nor a checkpoint folder", name,
+                               fmt::join(v41_builtin_names(), ", ")));
+}
+
+py::dict agreement_dict(const V41TensorAgreement& r) {
+  py::dict o;
+  o["pass"] = r.pass;
+  o["layer"] = r.layer;
+  o["kind"] = r.kind;
+  o["n"] = r.n;
+  o["equal"] = r.equal;
+  o["bitwise"] = r.bitwise();
+  o["max_abs"] = r.max_abs;
+  o["max_ref"] = r.max_ref;
+  o["max_ulp16"] = r.max_ulp16;
+  o["max_ulp32"] = r.max_ulp32;
+  o["where"] = r.where;
+  o["notes"] = r.notes;
+  o["failure"] = r.failure;
+  o["budget"] = v41_budget_reason(r.kind);
+  return o;
+}
+
+}  // namespace
+
+void bind_v41(py::module_& m) {
+  m.def("v41_builtin_names", [] { return v41_builtin_names(); });
+  m.def("v41_config", [](const std::string& name) { return config_dict(config_named(name)); },
+        "A v41 built-in or checkpoint folder's config: {name, json (the flat inference/config.json text)}.");
+  m.def("v41_plan", [](const std::string& name) {
+    const V41Config c = config_named(name);
+    const V41Plan p = make_v41_plan(c);
+    py::list layers;
+    for (const v41::LayerPlan& lp : p.layers)
+      layers.append(py::dict(py::arg("layer") = lp.layer, py::arg("ratio") = lp.ratio,
+                             py::arg("role") = role_name(lp.role), py::arg("kv_src") = lp.kv_src,
+                             py::arg("idx_src") = lp.idx_src, py::arg("candidate_source") = lp.candidate_source,
+                             py::arg("owns_compressor") = lp.owns_compressor, py::arg("owns_indexer") = lp.owns_indexer,
+                             py::arg("owns_index_k") = lp.owns_index_k, py::arg("engram") = lp.engram));
+    return py::dict(py::arg("L") = p.L, py::arg("E") = p.E, py::arg("W") = p.W, py::arg("layers") = layers,
+                    py::arg("hc_mult") = c.hc_mult, py::arg("dim") = c.dim, py::arg("head_dim") = c.head_dim, py::arg("vocab_size") = c.vocab_size,
+                    py::arg("window_size") = c.window_size);
+  });
+  m.def("v41_conventions", [] {
+    py::list out;
+    for (const auto& c : v41_replay_conventions())
+      out.append(py::dict(py::arg("name") = c.name, py::arg("all_layers") = c.all_layers,
+                          py::arg("floor_first_layer") = c.floor_first_layer,
+                          py::arg("speculative_tail") = c.speculative_tail, py::arg("source") = c.source));
+    return out;
+  });
+  m.def("v41_encoder_replay_rules", [] {
+    py::list out;
+    for (const auto& r : v41_encoder_replay_rules()) out.append(r.name);
+    return out;
+  });
+  m.def("v41_spans", [](const std::string& config, const std::string& convention, int64_t speculative) {
+    const V41Plan p = make_v41_plan(config_named(config));
+    const V41ReplayConvention& c = v41_replay_convention(convention);
+    return py::dict(py::arg("exact") = v41_exact_span(p, c), py::arg("decode") = v41_exact_decode_span(p, c),
+                    py::arg("bounded") = v41_bounded_tail(p, c, speculative));
+  });
+  m.def("v41_tokens", [](const std::string& config, int64_t n, uint64_t seed) {
+    const V41Config c = config_named(config);
+    if (n < 1) throw InputError(fmt::format("tokens: {} tokens; want at least 1", n));
+    const std::vector<int32_t> t = make_tokens(seed, c.vocab_size, n);
+    return array_of<int32_t, int64_t>(t, {n});
+  }, "The first n tokens of the harness's token stream for a seed (as `ced run --tokens n --token-seed s`).");
+  m.def("v41_export", [](const std::string& config, uint64_t weight_seed, const std::string& out, int64_t shard_bytes,
+                         const std::vector<std::string>& boost) {
+    const V41Config c = config_named(config);
+    check_v41_fits_in_memory(c);
+    V41Checkpoint ck = make_v41_random_checkpoint(c, weight_seed);
+    for (const auto& b : boost) apply_v41_boost(ck, b);
+    V41WriteOptions w;
+    if (shard_bytes > 0) w.shard_bytes = shard_bytes;
+    write_v41_checkpoint(out, ck, w);
+    return v41_weights_digest(ck.weights);
+  }, "`ced export --config C --weight-seed S --out DIR`: a release-layout folder; returns its weights digest.");
+
+  py::class_<Reference>(m, "V41Reference", "The v41 reference on a checkpoint folder, under a regime.")
+      .def(py::init([](const std::string& checkpoint, const std::string& regime) {
+             V41Checkpoint ck = read_v41_checkpoint(checkpoint);
+             ck.config.name = checkpoint;
+             return std::make_unique<Reference>(std::move(ck), regime);
+           }),
+           py::arg("checkpoint"), py::arg("regime") = "release")
+      .def_property_readonly("digest", &Reference::digest)
+      .def_property_readonly("config", [](const Reference& r) { return config_dict(r.config()); })
+      .def("set_fault", [](Reference& r, const std::string& f) { r.model().set_fault(v41_fault_from_name(f)); })
+      .def("set_options", [](Reference& r, const std::string& ties, const std::string& scores,
+                             const std::string& decode_index_k) {
+        r.model().set_options({v41_topk_ties_from_name(ties), v41_index_scores_from_name(scores),
+                               v41_decode_index_k_from_name(decode_index_k)});
+      })
+      .def("set_captures", [](Reference& r, bool all) { r.model().set_captures(all); })
+      .def("prefill", &Reference::prefill)
+      .def("prefill_ced", &Reference::prefill_ced)
+      .def("resume", &Reference::resume)
+      .def("decode", &Reference::decode)
+      .def("run_layer", &Reference::run_layer)
+      .def("attention", &Reference::attention)
+      .def("moe", &Reference::moe)
+      .def("head", &Reference::head)
+      .def("head_collapsed", &Reference::head_collapsed)
+      .def("layer_hash_ids", [](const Reference& r, int64_t layer, const Ints& tokens) {
+        const std::vector<int64_t> ids = r.layer_hash_ids(layer, ints(tokens));
+        return array_of<int64_t>(ids, {tokens.size(), -1});
+      });
+  m.def("v41_faults", [] { return v41_fault_names(); });
+
+  m.def("v41_read_run_file", [](const std::string& path) {
+    const V41RunFile f = read_v41_run_file(path);
+    py::dict o;
+    o["generator"] = f.generator;
+    o["config"] = config_dict(f.config);
+    o["regime"] = v41_regime_name(f.regime);
+    o["weights_digest"] = f.weights_digest;
+    o["weight_seed"] = f.weight_seed ? py::cast(*f.weight_seed) : py::none();
+    o["provenance"] = f.provenance;
+    o["tokens"] = array_of<int64_t>(f.tokens, {static_cast<py::ssize_t>(f.tokens.size())});
+    o["result"] = result_dict(f.result, f.config);
+    if (f.decode) {
+      py::dict d;
+      d["tokens"] = array_of<int64_t>(f.decode->tokens, {static_cast<py::ssize_t>(f.decode->tokens.size())});
+      py::list seed, steps;
+      for (const auto& l : f.decode->seed) seed.append(cache_dict(l, f.config));
+      for (const auto& s : f.decode->steps) steps.append(result_dict(s, f.config));
+      d["seed"] = seed;
+      d["steps"] = steps;
+      o["decode"] = d;
+    } else {
+      o["decode"] = py::none();
+    }
+    return o;
+  }, "A v41 run file (docs/v41.md §12), read strictly: every capture as arrays, absent ones None.");
+
+  m.def("v41_judge_values", [](const std::string& pass, int64_t layer, const std::string& kind, const Doubles& ours,
+                               const Doubles& official, const std::string& at, int64_t row_len) {
+    V41TensorAgreement r;
+    r.pass = pass;
+    r.layer = layer;
+    r.kind = kind;
+    v41_compare_values(r, doubles(ours), doubles(official), at, row_len);
+    v41_judge(r);
+    return agreement_dict(r);
+  }, "One tensor against the official's, judged by its kind's budget (docs/v41.md §12.4).");
+  m.def("v41_judge_rows", [](const std::string& pass, int64_t layer, const std::string& kind, const Ints& ours,
+                             const Ints& official, int64_t rows, const Doubles& scores, int64_t offset) {
+    V41TensorAgreement r;
+    r.pass = pass;
+    r.layer = layer;
+    r.kind = kind;
+    v41_compare_rows(r, ints(ours), ints(official), rows, doubles(scores), offset);
+    v41_judge(r);
+    return agreement_dict(r);
+  }, "Index lists row by row against the official's, judged by their kind's budget.");
+  m.def("v41_budget_kinds", [] { return v41_budget_kinds(); });
+}

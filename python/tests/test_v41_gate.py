@@ -1,0 +1,179 @@
+"""ced.v41.gate through the engine protocol: the project's reference passes against DeepSeek's official code, and
+each port bug planted in it fails at its layer and tensor; a port's near-ties are excused only within the policy.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ced.v41 as v41
+from ced.v41.engine import Engine, LayerOut, NotSupported
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    return tmp_path_factory.mktemp("v41-checkpoints")
+
+
+def golden(name):
+    return v41.golden_dir() / name
+
+
+@pytest.mark.parametrize("regime", ["release", "bf16"])
+def test_the_reference_through_the_protocol_passes_every_golden_file_of_its_regime(regime, checkpoints):
+    rep = v41.gate(v41.ReferenceEngine(regime), checkpoints=checkpoints, quiet=True)
+    assert rep.passed, str(rep)
+    assert len(rep.files) >= 7 and not rep.not_supported
+    kinds = {v.kind for v in rep.verdicts}
+    assert {"out", "ffn_pre", "attn_out (forced x)", "topk_idxs (forced x)", "experts (forced x)",
+            "logits (end to end)", "top-1 (last row)", "decode logits (end to end)"} <= kinds
+
+
+# The ports' real bugs (docs/v41.md §12.5), each first failing at the layer and tensor the C++ gate names.
+CONTROLS = [
+    ("v4-q-norm", "tiny-fp8-n17.h5", 0, "attn_out (forced x)"),
+    ("one-rope-theta", "tiny-fp8-n17.h5", 1, "attn_kv (forced x)"),
+    ("unrotated-compressed-keys", "tiny-fp8-n17.h5", 1, "attn_kv (forced x)"),
+    ("unclamped-shared-expert", "tiny-fp8-n17-hot.h5", 0, "ffn_out (forced x)"),
+    ("mhc-same-sublayer", "tiny-fp8-n17.h5", 0, "attn_x"),
+    ("v4-q-norm", "wide-bf16-n33.h5", 0, "attn_out (forced x)"),
+]
+
+
+@pytest.mark.parametrize("fault,file,layer,kind", CONTROLS)
+def test_a_planted_port_bug_fails_at_its_layer_and_tensor(fault, file, layer, kind, checkpoints):
+    regime = "bf16" if "-bf16-" in file else "release"
+    rep = v41.gate(v41.ReferenceEngine(regime, fault=fault), [golden(file)], checkpoints=checkpoints, quiet=True)
+    f = rep.first_failure
+    assert f is not None, f"{fault} passed the gate"
+    assert (f.pass_, f.layer, f.kind) == ("teacher forced", layer, kind), f.line()
+    assert rep.first_divergent_layer() == layer
+    assert f"layer {layer}" in f.where or f.where.startswith("row"), f.where
+
+
+class LayerOnly(Engine):
+    """A port that can run a block on given inputs but shows nothing inside it (no sublayers, no captures)."""
+    capabilities = frozenset({"prefill", "layer"})
+
+    def __init__(self, inner):
+        self.inner, self.regime, self.name = inner, inner.regime, "layer-only " + inner.name
+
+    def load(self, checkpoint):
+        self.inner.load(checkpoint)
+
+    def prefill(self, tokens):
+        return self.inner.prefill(tokens).logits[-1:]  # the last row only, as bare logits
+
+    def layer(self, layer, streams, pre_mix, tokens, shared):
+        o = self.inner.layer(layer, streams, pre_mix, tokens, shared)
+        return {"out": o.out, "ffn_pre": o.ffn_pre}
+
+
+def test_a_port_without_sublayers_is_judged_on_its_block_outputs_and_a_bug_still_fails_at_its_layer(checkpoints):
+    rep = v41.gate(LayerOnly(v41.ReferenceEngine()), [golden("tiny-fp8-n17.h5")], checkpoints=checkpoints, quiet=True)
+    assert rep.passed, str(rep)
+    assert {v.kind for v in rep.verdicts} >= {"out", "ffn_pre", "logits (end to end)", "final_collapsed"}
+    bad = v41.gate(LayerOnly(v41.ReferenceEngine(fault="v4-q-norm")), [golden("tiny-fp8-n17.h5")],
+                   checkpoints=checkpoints, quiet=True)
+    assert (bad.first_failure.layer, bad.first_failure.kind) == (0, "out"), str(bad)
+
+
+class PrefillOnly(Engine):
+    capabilities = frozenset({"prefill"})
+
+    def __init__(self, inner):
+        self.inner, self.regime = inner, inner.regime
+
+    def load(self, checkpoint):
+        self.inner.load(checkpoint)
+
+    def prefill(self, tokens):
+        return self.inner.prefill(tokens)
+
+
+def test_a_capability_not_declared_is_reported_not_supported_never_failed(checkpoints):
+    rep = v41.gate(PrefillOnly(v41.ReferenceEngine()), [golden("tiny-fp8-n17.h5")], checkpoints=checkpoints,
+                   quiet=True)
+    assert rep.passed
+    assert any("teacher forced" in n and "'layer'" in n for n in rep.not_supported)
+
+
+class SwapSelection(Engine):
+    """Plants a selection that differs from the official in one row: its boundary position swapped for the best
+    position it left out."""
+    capabilities = frozenset({"prefill", "layer"})
+
+    def __init__(self, inner, layer, row):
+        self.inner, self.at, self.row, self.regime = inner, layer, row, inner.regime
+
+    def load(self, checkpoint):
+        self.inner.load(checkpoint)
+
+    def prefill(self, tokens):
+        return self.inner.prefill(tokens)
+
+    def layer(self, layer, streams, pre_mix, tokens, shared):
+        o = self.inner.layer(layer, streams, pre_mix, tokens, shared)
+        if layer == self.at:
+            t = np.array(o.published["topk_idxs"])
+            chosen = [i for i in t[self.row] if i >= 0]
+            visible = range(len(tokens), len(tokens) + (self.row + 1) // 2)  # the ratio-2 groups row `row` sees
+            left = [i for i in visible if i not in chosen]
+            t[self.row, list(t[self.row]).index(chosen[-1])] = left[0]
+            o = LayerOut(o.out, o.ffn_pre, {**o.published, "topk_idxs": t}, o.captures)
+        return o
+
+
+def test_a_selection_flip_is_a_near_tie_only_within_the_policys_bound(checkpoints):
+    file = [golden("tiny-fp8-n40.h5")]
+    strict = v41.gate(SwapSelection(v41.ReferenceEngine(), 1, 39), file, checkpoints=checkpoints,
+                      policy=v41.Policy(tie_ulps=0.0), quiet=True)
+    f = strict.first_failure
+    assert (f.layer, f.kind) == (1, "topk_idxs (forced x)"), str(strict)
+    assert "row 39" in f.where
+    loose = v41.gate(SwapSelection(v41.ReferenceEngine(), 1, 39), file, checkpoints=checkpoints,
+                     policy=v41.Policy(tie_ulps=1e9), quiet=True)
+    assert not any(v.kind == "topk_idxs (forced x)" and not v.ok for v in loose.verdicts), str(loose)
+    assert any("near-tie topk_idxs (forced x) layer 1 row 39" in n for n in loose.near_ties), loose.near_ties
+
+
+class FlipTop1(PrefillOnly):
+    """Raises the official runner-up of the last row just above the top-1: a flip by a margin it chose."""
+
+    def prefill(self, tokens):
+        p = self.inner.prefill(tokens)
+        logits = np.array(p.logits)
+        order = np.argsort(logits[-1])
+        logits[-1, order[-2]] = logits[-1, order[-1]] + 1e-3
+        return v41.Prefill(logits=logits, first_row=p.first_row)
+
+
+def test_a_top1_flip_is_excused_only_below_the_policys_margin_and_the_margin_is_printed(checkpoints):
+    file = [golden("tiny-fp8-n17.h5")]
+    tight = v41.gate(FlipTop1(v41.ReferenceEngine()), file, checkpoints=checkpoints, policy=v41.Policy(top1_margin=0),
+                     quiet=True)
+    f = tight.first_failure
+    assert f.kind == "top-1 (last row)" and "margin" in f.failure, str(tight)
+    loose = v41.gate(FlipTop1(v41.ReferenceEngine()), file, checkpoints=checkpoints, policy=v41.Policy(top1_margin=1),
+                     quiet=True)
+    assert loose.passed and any("top-1 flip" in n and "margin" in n for n in loose.near_ties), str(loose)
+
+
+def test_an_engine_declaring_an_unknown_capability_is_refused():
+    class Typo(PrefillOnly):
+        capabilities = frozenset({"prefill", "layers"})
+    with pytest.raises(ValueError, match="unknown capabilities"):
+        v41.gate(Typo(v41.ReferenceEngine()), [golden("tiny-fp8-n17.h5")], quiet=True)
+
+
+def test_a_gate_that_judged_nothing_does_not_pass():
+    rep = v41.GateReport(engine="e", files=[], verdicts=[], not_supported=["x"])
+    assert not rep.passed
+
+
+def test_not_supported_raised_inside_a_declared_capability_is_reported(checkpoints):
+    class Refuses(LayerOnly):
+        def layer(self, *a):
+            raise NotSupported("this port cannot run one block alone yet")
+    rep = v41.gate(Refuses(v41.ReferenceEngine()), [golden("tiny-fp8-n5.h5")], checkpoints=checkpoints, quiet=True)
+    assert any("cannot run one block alone" in n for n in rep.not_supported)

@@ -1,0 +1,58 @@
+"""The `ced` pytest plugin as a port uses it: one import line and `--ced-engine`, the gate, the properties and the
+generation verdicts as tests; a planted bug fails with the layer, tensor and position in its message."""
+from __future__ import annotations
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+PORT = '''
+import ced.v41 as v41
+
+def make():
+    return v41.ReferenceEngine(convention="sglang", encoder_replay="vllm")
+
+def make_buggy():
+    return v41.ReferenceEngine(fault="v4-q-norm")
+
+def make_ring_bug():
+    return v41.ReferenceEngine(fault="ced-ring-slot-of-row", convention="sglang", encoder_replay="vllm")
+'''
+SUITE = "from ced.v41.testsuite import *\n"
+
+
+@pytest.fixture
+def port(pytester):
+    pytester.makepyfile(myport=PORT, test_ced=SUITE)
+    pytester.syspathinsert()
+    return pytester
+
+
+def test_a_port_passes_the_whole_suite_with_one_import_and_one_option(port, tmp_path):
+    r = port.runpytest("--ced-engine", "myport:make", "--ced-checkpoints", str(tmp_path), "-q", "-p", "no:cacheprovider")
+    r.assert_outcomes(passed=8 + 6 + 1)  # the release golden files, the properties, the generation verdict
+
+
+def test_a_planted_bug_fails_the_gate_with_layer_tensor_and_position(port, tmp_path):
+    r = port.runpytest("--ced-engine", "myport:make_buggy", "--ced-checkpoints", str(tmp_path), "-q",
+                       "-k", "test_gate and tiny-fp8-n17.h5", "-p", "no:cacheprovider")
+    r.assert_outcomes(failed=2)  # tiny-fp8-n17.h5 and tiny-fp8-n17-hot.h5
+    r.stdout.fnmatch_lines(["*tiny-fp8-n17.h5: teacher forced, layer 0, attn_out (forced x):*layer 0*"])
+
+
+def test_a_planted_replay_bug_fails_its_property_test(port, tmp_path):
+    r = port.runpytest("--ced-engine", "myport:make_ring_bug", "--ced-checkpoints", str(tmp_path), "-q",
+                       "-k", "test_ced_property", "-p", "no:cacheprovider")
+    r.assert_outcomes(passed=5, failed=1)
+    r.stdout.fnmatch_lines(["*a decode step after a ced prefill*not bitwise*"])
+
+
+def test_without_an_engine_the_suite_skips(port):
+    r = port.runpytest("-q", "-k", "test_generation", "-p", "no:cacheprovider")
+    r.assert_outcomes(skipped=1)
+
+
+def test_a_malformed_engine_option_is_a_usage_error(port):
+    r = port.runpytest("--ced-engine", "myport", "-q", "-p", "no:cacheprovider")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    r.stderr.fnmatch_lines(["*--ced-engine myport: want MODULE:FACTORY*"])
