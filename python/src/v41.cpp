@@ -43,16 +43,13 @@ py::object array_of(const std::vector<T>& v, std::vector<py::ssize_t> shape) {
   py::array_t<U> a(shape);
   U* p = a.mutable_data();
   for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<U>(v[i]);
-  return std::move(a);
+  return a;
 }
 
 std::vector<double> doubles(const Doubles& a) { return {a.data(), a.data() + a.size()}; }
 std::vector<int64_t> ints(const Ints& a) { return {a.data(), a.data() + a.size()}; }
 std::vector<double> doubles_or_empty(const py::object& o) {
   return o.is_none() ? std::vector<double>{} : doubles(o.cast<Doubles>());
-}
-std::vector<int64_t> ints_or_empty(const py::object& o) {
-  return o.is_none() ? std::vector<int64_t>{} : ints(o.cast<Ints>());
 }
 
 // One layer's captures as a dict of arrays (absent ones None), in the shapes of docs/v41.md §9.3.
@@ -168,6 +165,11 @@ class Reference {
   V41Model& model() { return model_; }
   const V41Config& config() const { return ck_.config; }
   const std::string& digest() const { return digest_; }
+  // What a prefill keeps: every capture, or the small ones (V41Model::set_captures).
+  void set_captures(bool all) {
+    captures_ = all;
+    model_.set_captures(all);
+  }
 
   py::dict prefill(const Ints& tokens) {
     const std::vector<int64_t> t = checked(tokens);
@@ -233,6 +235,7 @@ class Reference {
     V41LayerCapture cap;
     {
       py::gil_scoped_release nogil;
+      const FullCaptures all(*this);
       cap = model_.run_layer(layer, x, pm, N, ids, s);
     }
     return py::make_tuple(capture_dict(cap, config(), N), shared_dict(s, config(), N));
@@ -249,6 +252,7 @@ class Reference {
     std::vector<double> out;
     {
       py::gil_scoped_release nogil;
+      const FullCaptures all(*this);
       out = model_.attention(layer, in, N, s, cap);
     }
     cap.attn_out = out;
@@ -261,6 +265,7 @@ class Reference {
     V41LayerCapture cap;
     cap.layer = layer;
     const std::vector<double> in = doubles(x);
+    const FullCaptures all(*this);
     cap.ffn_out = model_.moe(layer, in, N, cap);
     return capture_dict(cap, config(), N);
   }
@@ -288,6 +293,13 @@ class Reference {
   }
 
  private:
+  // A layer or sublayer run alone shows everything it computed, whatever a prefill keeps.
+  struct FullCaptures {
+    explicit FullCaptures(Reference& r) : r(r) { r.model_.set_captures(true); }
+    ~FullCaptures() { r.model_.set_captures(r.captures_); }
+    Reference& r;
+  };
+
   void check_token(int64_t t) const {
     if (t < 0 || t >= config().vocab_size)
       throw InputError(fmt::format("tokens: {} is outside [0, {})", t, config().vocab_size));
@@ -311,6 +323,7 @@ class Reference {
   V41EngramHashing hashing_;
   std::string digest_;
   V41DecodeState state_;
+  bool captures_ = true;
 };
 
 V41Config config_named(const std::string& name) {
@@ -415,7 +428,7 @@ void bind_v41(py::module_& m) {
         r.model().set_options({v41_topk_ties_from_name(ties), v41_index_scores_from_name(scores),
                                v41_decode_index_k_from_name(decode_index_k)});
       })
-      .def("set_captures", [](Reference& r, bool all) { r.model().set_captures(all); })
+      .def("set_captures", &Reference::set_captures)
       .def("prefill", &Reference::prefill)
       .def("prefill_ced", &Reference::prefill_ced)
       .def("resume", &Reference::resume)

@@ -87,8 +87,7 @@ def _same(a: np.ndarray, b: np.ndarray, bitwise: bool, policy: CheckPolicy, what
 
 
 def _rows(p: Any, first: int, n: int) -> np.ndarray:
-    """Rows first .. N-1 of a prefill's logits (the prefill may hold fewer: the last ones)."""
-    p = prefill_of(p)
+    """Rows first .. first + n - 1 of a prefill (:func:`prefill_of`'s)."""
     lo = first - p.first_row
     if lo < 0:
         raise NotSupported(f"the prefill returned rows from {p.first_row}; the property needs row {first}")
@@ -118,8 +117,11 @@ def check(engine: Any, config: str = "v41-tiny", weight_seed: int = 0, token_see
 
     def full(k: int = n) -> Any:
         if k not in cache:
-            cache[k] = prefill_of(engine.prefill(prompt[:k]))
+            cache[k] = prefill_of(engine.prefill(prompt[:k]), k)
         return cache[k]
+
+    def ced(replay: int, k: int = n) -> Any:
+        return prefill_of(engine.prefill_ced(prompt[:k], replay), k)
 
     def prop(name: str, needs: tuple, body: Callable[[], str]) -> None:
         missing = [c for c in needs if c not in caps]
@@ -142,14 +144,14 @@ def check(engine: Any, config: str = "v41-tiny", weight_seed: int = 0, token_see
          lambda: _same(_rows(full(n // 2), n // 2 - 1, 1), _rows(full(), n // 2 - 1, 1), bitwise, policy,
                        f"row {n // 2 - 1}"))
     prop("every row replayed is the prefill", ("ced",),
-         lambda: _same(_rows(engine.prefill_ced(prompt, n), n - 1, 1), _rows(full(), n - 1, 1), bitwise, policy,
+         lambda: _same(_rows(ced(n), n - 1, 1), _rows(full(), n - 1, 1), bitwise, policy,
                        "last row"))
     prop("a bounded replay of a prompt within the window is the prefill", ("ced",),
-         lambda: _same(_rows(engine.prefill_ced(prompt[:W], W), W - 1, 1), _rows(full(W), W - 1, 1), bitwise,
+         lambda: _same(_rows(ced(W, W), W - 1, 1), _rows(full(W), W - 1, 1), bitwise,
                        policy, f"last row of {W}"))
     if spans:
         prop(f"the exact span ({spans['exact']} rows, {conv}) is the prefill", ("ced",),
-             lambda: _same(_rows(engine.prefill_ced(prompt, spans["exact"]), n - 1, 1), _rows(full(), n - 1, 1),
+             lambda: _same(_rows(ced(spans["exact"]), n - 1, 1), _rows(full(), n - 1, 1),
                            bitwise, policy, "last row"))
 
         def decode_after_ced() -> str:
@@ -161,11 +163,12 @@ def check(engine: Any, config: str = "v41-tiny", weight_seed: int = 0, token_see
         prop(f"a decode step after a ced prefill of the decode span ({spans['decode']}) is the prefill's",
              ("ced", "decode"), decode_after_ced)
     else:
-        report.properties.append(Property("the exact span is the prefill", "not supported",
-                                          "the engine names no replay convention"))
+        for name in ("the exact span is the prefill", "a decode step after a ced prefill of the decode span is the "
+                     "prefill's"):
+            report.properties.append(Property(name, "not supported", "the engine names no replay convention"))
     if rule:
         prop(f"a resume after a hit of W = {W} tokens ({rule}) is the cold run", ("resume",),
-             lambda: _same(_rows(engine.resume(prompt, W), n - 1, 1), _rows(full(), n - 1, 1), bitwise, policy,
+             lambda: _same(_rows(prefill_of(engine.resume(prompt, W), n), n - 1, 1), _rows(full(), n - 1, 1), bitwise, policy,
                            "last row"))
     else:
         report.properties.append(Property("a resume after a hit of W tokens is the cold run", "not supported",

@@ -61,13 +61,13 @@ def as_array(x: Any, dtype: Any = np.float64) -> Optional[np.ndarray]:
 class Prefill:
     """What a prefill (full, CED or resumed) returns.
 
-    ``logits`` [rows, V] are the positions ``first_row`` .. ``first_row + rows - 1`` (a CED replay's tail:
-    ``first_row = N - replay``; a full prefill may return only the last row, ``first_row = N - 1``).
+    ``logits`` [rows, V] are the positions ``first_row`` .. ``first_row + rows - 1``; without ``first_row``, the
+    prompt's last ``rows`` positions (every row of a full prefill, the tail of a CED replay, or only the last).
     ``layers`` (capability ``selections``) maps a layer to ``{"topk_idxs": [rows, k] (index sources),
     "experts": [rows, n_activated]}`` over the same rows the layer ran.
     """
     logits: np.ndarray
-    first_row: int = 0
+    first_row: Optional[int] = None
     layers: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
 
 
@@ -174,19 +174,24 @@ def capabilities_of(engine: Any) -> frozenset:
     return caps
 
 
-def prefill_of(x: Any) -> Prefill:
-    """A :class:`Prefill` from an engine's answer: a Prefill, a mapping with its fields, or bare logits."""
+def prefill_of(x: Any, n: int) -> Prefill:
+    """A :class:`Prefill` of a prompt of ``n`` tokens from an engine's answer: a Prefill, a mapping with its
+    fields, or bare logits (the last rows); ``first_row`` always set."""
     if isinstance(x, Prefill):
         p = x
     elif isinstance(x, Mapping):
-        p = Prefill(logits=x["logits"], first_row=int(x.get("first_row", 0)), layers=x.get("layers") or {})
+        p = Prefill(logits=x["logits"], first_row=x.get("first_row"), layers=x.get("layers") or {})
     else:
         p = Prefill(logits=x)
     logits = as_array(p.logits)
     if logits.ndim == 1:
         logits = logits[None, :]
+    first = n - logits.shape[0] if p.first_row is None else int(p.first_row)
+    if first < 0 or first + logits.shape[0] > n:
+        raise ValueError(f"an engine's prefill returned rows {first} .. {first + logits.shape[0] - 1} of a prompt "
+                         f"of {n} tokens")
     layers = {int(l): {k: v for k, v in dict(c).items()} for l, c in dict(p.layers).items()}
-    return Prefill(logits=logits, first_row=int(p.first_row), layers=layers)
+    return Prefill(logits=logits, first_row=first, layers=layers)
 
 
 def layer_out_of(x: Any) -> LayerOut:

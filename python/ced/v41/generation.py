@@ -62,7 +62,7 @@ class GenerationReport:
 
 
 def _greedy(engine: Any, prompt: np.ndarray, steps: int) -> tuple[list, list]:
-    logits = [prefill_of(engine.prefill(prompt)).logits[-1]]
+    logits = [prefill_of(engine.prefill(prompt), len(prompt)).logits[-1]]
     tokens = [int(np.argmax(logits[-1]))]
     for _ in range(steps - 1):
         logits.append(as_array(engine.decode(tokens[-1])).reshape(-1))
