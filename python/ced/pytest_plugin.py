@@ -42,6 +42,12 @@ def _factory(spec: str) -> Any:
         raise pytest.UsageError(f"--ced-engine {spec}: {e}") from None
 
 
+def pytest_configure(config: Any) -> None:
+    spec = config.getoption("--ced-engine")
+    if spec:
+        _factory(spec)  # a malformed or unimportable factory is a usage error, before any test is collected
+
+
 def pytest_generate_tests(metafunc: Any) -> None:
     if "ced_golden_file" in metafunc.fixturenames:
         from ced.v41 import golden_files

@@ -33,7 +33,7 @@ class GenerationReport:
 
     @property
     def failures(self) -> list:
-        bad = [f"prompt {i}: {d['why']}" for i, d in enumerate(self.divergences) if not d["passed"]]
+        bad = [f"prompt {i}: {_divergence(d)}" for i, d in enumerate(self.divergences) if not d["passed"]]
         if self.kl_bound and self.kl and self.kl[self.kl_bound[0]] > self.kl_bound[1]:
             bad.append(f"KL {self.kl_bound[0]} {self.kl[self.kl_bound[0]]:.3g} > {self.kl_bound[1]:.3g}")
         return bad
@@ -50,15 +50,23 @@ class GenerationReport:
             return f"not supported: {self.engine}: {self.not_supported}"
         lines = []
         for i, d in enumerate(self.divergences):
-            lines.append(f"prompt {i}: " + ("same tokens for every step" if d["step"] < 0 else d["text"]))
+            lines.append(f"prompt {i}: " + ("the same tokens at every step" if d["step"] < 0 else _divergence(d)))
         k = self.kl
         lines.append(f"greedy exact agreement {self.agreement['rate']:.3f} of {self.prompts} prompts, mean agreeing "
                      f"prefix {self.agreement['mean_prefix']:.2f} of {self.steps} steps")
         if k:
             lines.append(f"KL(reference || engine) per position over {k['count']} positions: mean {k['mean']:.3g}, "
-                         f"p99 {k['p99']:.3g}, p99.9 {k['p999']:.3g}, max {k['max']:.3g} (position {k['argmax']})")
+                         f"p99 {k['p99']:.3g}, p99.9 {k['p999']:.3g}, max {k['max']:.3g} (position {k['max_row']} of those)")
         verdict = "PASS" if self.passed else "FAIL: " + "; ".join(self.failures)
         return "\n".join(lines + [f"{verdict} ({self.engine}, vLLM's rule with top-{self.top_n})"])
+
+
+def _divergence(d: dict) -> str:
+    """The greedy rule's finding at the first divergent step, in words (a: the reference, b: the engine)."""
+    return (f"first divergent step {d['step']}: reference {d['token_a']} (rank {d['rank_a_in_b']} on the engine), "
+            f"engine {d['token_b']} (rank {d['rank_b_in_a']} on the reference); logit gaps {d['gap_a']:.4g} / "
+            f"{d['gap_b']:.4g}, top-1/top-2 margins {d['top2_margin_a']:.4g} / {d['top2_margin_b']:.4g}: "
+            f"{'within' if d['passed'] else 'outside'} the top-{d['top_n']}")
 
 
 def _greedy(engine: Any, prompt: np.ndarray, steps: int) -> tuple[list, list]:
