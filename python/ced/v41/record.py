@@ -23,6 +23,26 @@ _METHODS = ("prefill", "prefill_ced", "resume", "decode", "layer", "head", "atte
 _ATTRS = ("name", "regime", "capabilities", "convention", "encoder_replay")
 
 
+class _Keys:
+    """A request's key: its method and arguments, the checkpoint loaded, and for a decode step the request that
+    began its sequence and its place in it (a step's answer depends on the state before it)."""
+
+    def __init__(self) -> None:
+        self.checkpoint, self.sequence, self.steps = "", "", 0
+
+    def load(self, checkpoint: str) -> None:
+        self.checkpoint, self.sequence, self.steps = Path(checkpoint).name, "", 0
+
+    def __call__(self, method: str, args: tuple) -> str:
+        if method == "decode":
+            self.steps += 1
+            return _key(method, (self.checkpoint, self.sequence, self.steps) + tuple(args))
+        key = _key(method, (self.checkpoint,) + tuple(args))
+        if method in ("prefill", "prefill_ced", "resume"):
+            self.sequence, self.steps = key, 0
+        return key
+
+
 def _key(method: str, args: tuple) -> str:
     h = hashlib.sha256(method.encode())
 
@@ -89,6 +109,7 @@ class Recorder:
         self._index = {a: getattr(engine, a, None) for a in _ATTRS}
         self._index["capabilities"] = sorted(self._index["capabilities"] or [])
         self._index["calls"] = []
+        self._keys = _Keys()
         for a in _ATTRS:
             setattr(self, a, getattr(engine, a, None))
         self._save_index()
@@ -100,6 +121,7 @@ class Recorder:
 
     def load(self, checkpoint: str) -> None:
         self._engine.load(checkpoint)
+        self._keys.load(checkpoint)
         self._index["calls"].append({"method": "load", "checkpoint": Path(checkpoint).name})
         self._save_index()
 
@@ -109,7 +131,7 @@ class Recorder:
         call = getattr(self._engine, method)
 
         def recorded(*args: Any) -> Any:
-            entry = {"method": method, "key": _key(method, args)}
+            entry = {"method": method, "key": self._keys(method, args)}
             try:
                 answer = call(*args)
             except NotSupported as e:
@@ -144,16 +166,20 @@ class Replay:
         self.name = f"replay of {index.get('name')}"
         self.capabilities = frozenset(index.get("capabilities") or [])
         self._calls = {c["key"]: c for c in index["calls"] if "key" in c}
+        self._loaded = {c["checkpoint"] for c in index["calls"] if c["method"] == "load"}
+        self._keys = _Keys()
 
     def load(self, checkpoint: str) -> None:
-        pass  # the answers are recorded; the checkpoint is named by each golden file
+        if Path(checkpoint).name not in self._loaded:
+            raise KeyError(f"{self._dir}: checkpoint {Path(checkpoint).name} was not loaded in the recording")
+        self._keys.load(checkpoint)
 
     def __getattr__(self, method: str) -> Any:
         if method not in _METHODS:
             raise AttributeError(method)
 
         def replayed(*args: Any) -> Any:
-            c = self._calls.get(_key(method, args))
+            c = self._calls.get(self._keys(method, args))
             if c is None:
                 raise KeyError(f"{self._dir}: {method} with these arguments was not recorded")
             if "not_supported" in c:
