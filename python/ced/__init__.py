@@ -34,7 +34,7 @@ __all__ = [
     "Config", "LayerCapture", "RunRequest", "RunResult", "InputError", "NotSupportedError",
     "Request", "CompareReport", "TensorReport", "GateReport", "GateRun", "RunFile",
     "config", "weights", "tokens", "run", "result", "compare", "write_run", "read_run", "export", "gate",
-    "builtin_configs", "backends",
+    "builtin_configs", "backends", "check",
 ]
 
 ArrayLike = Any  # numpy arrays, lists, or torch tensors (moved to the CPU)
@@ -363,9 +363,24 @@ class GateReport:
 Engine = Callable[[Request], Any]
 
 
+def _is_v41_engine(engine: Any) -> bool:
+    """A ced.v41.Engine (or an object of its protocol: a loader and declared capabilities)."""
+    from .v41.engine import Engine as V41Engine
+    return isinstance(engine, V41Engine) or (hasattr(engine, "load") and hasattr(engine, "capabilities"))
+
+
+def check(engine: Any, **kwargs: Any) -> Any:
+    """The CED property suite on a port of the release: :func:`ced.v41.check` (docs/v41-ports.md)."""
+    from . import v41
+    return v41.check(engine, **kwargs)
+
+
 def gate(engine: Engine, golden_dir: Optional[str] = None, policy: Optional[str] = "calibrated",
          only: Optional[str] = None, dtype: str = "f32", verbose: bool = False, quiet: bool = False) -> GateReport:
     """Reruns every golden run on ``engine`` and judges it as ``ced gate`` does (docs/spec.md §10).
+
+    A port of the released architecture (a :class:`ced.v41.Engine`) is judged by :func:`ced.v41.gate` instead,
+    against the official code's golden runs (``golden_dir``: a v41 golden file or folder).
 
     ``engine(request)`` gets a :class:`Request` for each run the golden files hold and
     returns its outputs: a :class:`RunResult` (see :func:`result`) or a dict with
@@ -386,6 +401,9 @@ def gate(engine: Engine, golden_dir: Optional[str] = None, policy: Optional[str]
     judged and none failed: an engine that supports none of the selected runs does not
     pass. An exception the engine raises propagates unchanged.
     """
+    if _is_v41_engine(engine):  # a port of the release: the v41 gate (docs/v41-ports.md)
+        from . import v41
+        return v41.gate(engine, golden_dir, quiet=quiet)
     gdir = os.fspath(golden_dir) if golden_dir is not None else _core.default_golden_dir()
     if policy is None or policy == "exact":
         raise InputError(f"gate: policy {policy!r}: name 'calibrated', 'golden', 'bf16' or a policy TOML file")

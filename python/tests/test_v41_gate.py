@@ -177,3 +177,11 @@ def test_not_supported_raised_inside_a_declared_capability_is_reported(checkpoin
             raise NotSupported("this port cannot run one block alone yet")
     rep = v41.gate(Refuses(v41.ReferenceEngine()), [golden("tiny-fp8-n5.h5")], checkpoints=checkpoints, quiet=True)
     assert any("cannot run one block alone" in n for n in rep.not_supported)
+
+
+def test_ced_gate_and_ced_check_judge_a_v41_engine_as_the_v41_package_does(checkpoints):
+    import ced
+    rep = ced.gate(v41.ReferenceEngine(fault="v4-q-norm"), str(golden("tiny-fp8-n5.h5")), quiet=True)
+    assert isinstance(rep, v41.GateReport) and (rep.first_failure.layer, rep.first_failure.kind) == \
+        (0, "attn_out (forced x)")
+    assert ced.check(v41.ReferenceEngine(fault="ced-ring-slot-of-row"), quiet=True).failures
