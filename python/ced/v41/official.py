@@ -27,7 +27,6 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import torch
@@ -114,16 +113,16 @@ def _load_weights(model, tensors: dict) -> None:
             src, scale = tensors[name], tensors.get(base + ".scale")
             taken |= {name, base + ".scale"}
             if p.dtype in (torch.float8_e4m3fn, torch.float4_e2m1fn_x2):  # kept as stored (I8 = packed FP4)
-                if src.shape != p.shape:
-                    raise ValueError(f"{name}: {list(src.shape)} in the checkpoint, {list(p.shape)} in model.py")
-                p.view(torch.uint8).copy_(src.view(torch.uint8))
-                params[base + ".scale"].copy_(scale)
-            elif src.dtype == torch.float8_e4m3fn:  # wo_a always; every dense linear in bf16 mode
-                p.copy_(_fp8_to_bf16(src, scale))
-            elif src.dtype == torch.int8:  # the experts in bf16 mode
-                p.copy_(_fp4_to_bf16(src, scale))
+                pairs = [(p.view(torch.uint8), src.view(torch.uint8)), (params[base + ".scale"], scale)]
             else:
-                p.copy_(src.to(p.dtype))  # bf16 -> fp32 for the head and the ratio > 1 compressors
+                pairs = [(p, _fp8_to_bf16(src, scale) if src.dtype == torch.float8_e4m3fn  # wo_a; dense in bf16 mode
+                          else _fp4_to_bf16(src, scale) if src.dtype == torch.int8  # the experts in bf16 mode
+                          else src.to(p.dtype))]  # bf16 -> fp32: the head and the ratio > 1 compressors
+            for dst, v in pairs:
+                if v is None or v.shape != dst.shape:  # copy_ would broadcast a mis-shaped tensor
+                    raise ValueError(f"{name}: {None if v is None else list(v.shape)} in the checkpoint, "
+                                     f"{list(dst.shape)} in model.py")
+                dst.copy_(v)
     left = sorted(n for n in set(tensors) - taken if not n.endswith("ffn.gate.bias_vl"))  # bias_vl: vision only
     if left:
         raise KeyError(f"checkpoint tensors model.py did not take: {left[:3]} ({len(left)})")
