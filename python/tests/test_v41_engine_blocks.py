@@ -108,6 +108,8 @@ def test_sglang_fake_quant_fp4_is_our_index_fp4_qdq_bit_for_bit():
     agreement(f"sglang {version('sglang')} fake_quant_fp4 vs v41_fp4_qdq_ue8m0_32", bits_same(ours, theirs), x.numel())
 
 
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"),
+                    reason=f"torch {torch.__version__} lacks float8_e4m3fn, which SGLang rounds the scale through")
 def test_sglang_fake_quant_compressed_kv_is_our_compressed_kv_fp4_qdq_bit_for_bit():
     m = sglang_fp4()
     x = fp4_inputs(16)
