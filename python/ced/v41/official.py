@@ -113,14 +113,15 @@ def _load_weights(model, tensors: dict) -> None:
             src, scale = tensors[name], tensors.get(base + ".scale")
             taken |= {name, base + ".scale"}
             if p.dtype in (torch.float8_e4m3fn, torch.float4_e2m1fn_x2):  # kept as stored (I8 = packed FP4)
-                pairs = [(p.view(torch.uint8), src.view(torch.uint8)), (params[base + ".scale"], scale)]
+                pairs = [(name, p.view(torch.uint8), src.view(torch.uint8)),
+                         (base + ".scale", params[base + ".scale"], scale)]
             else:
-                pairs = [(p, _fp8_to_bf16(src, scale) if src.dtype == torch.float8_e4m3fn  # wo_a; dense in bf16 mode
+                pairs = [(name, p, _fp8_to_bf16(src, scale) if src.dtype == torch.float8_e4m3fn  # wo_a; dense in bf16 mode
                           else _fp4_to_bf16(src, scale) if src.dtype == torch.int8  # the experts in bf16 mode
                           else src.to(p.dtype))]  # bf16 -> fp32: the head and the ratio > 1 compressors
-            for dst, v in pairs:
+            for what, dst, v in pairs:
                 if v is None or v.shape != dst.shape:  # copy_ would broadcast a mis-shaped tensor
-                    raise ValueError(f"{name}: {None if v is None else list(v.shape)} in the checkpoint, "
+                    raise ValueError(f"{what}: {None if v is None else list(v.shape)} in the checkpoint, "
                                      f"{list(dst.shape)} in model.py")
                 dst.copy_(v)
     left = sorted(n for n in set(tensors) - taken if not n.endswith("ffn.gate.bias_vl"))  # bias_vl: vision only
@@ -226,7 +227,12 @@ class OfficialEngine(Engine):
         return out
 
     # --- the protocol ------------------------------------------------------------------------------------------
+    def _fits(self, n: int) -> None:
+        if n > self.max_seq_len:  # model.py would index past its caches
+            raise ValueError(f"{n} positions: past max_seq_len {self.max_seq_len} (OfficialEngine(max_seq_len=...))")
+
     def prefill(self, tokens):
+        self._fits(len(tokens))
         m, ids = self.model, torch.as_tensor(np.asarray(tokens, dtype=np.int64))[None]
         normed = []
         h = m.norm.register_forward_hook(lambda mod, i, o: normed.append(o))
@@ -242,12 +248,14 @@ class OfficialEngine(Engine):
         return Prefill(logits=_np(logits), first_row=0, layers=layers)
 
     def decode(self, token):
+        self._fits(self.pos + 1)
         logits = self._run([], lambda: self.model(torch.tensor([[int(token)]]), self.pos)[1])
         self.pos += 1
         return _np(logits[0])
 
     def layer(self, layer, streams, pre_mix, tokens, shared: Shared):
         b, n = self.model.layers[layer], len(tokens)
+        self._fits(n)
         x = _bf16(streams, n, b.hc_mult, -1)
         pm = torch.as_tensor(np.asarray(pre_mix, dtype=np.float32)).reshape(1, n, b.hc_mult)
         ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64))[None]
