@@ -148,7 +148,8 @@ def test_sglang_candidate_blocks_are_our_candidate_pool(rows, width, ratio, topk
     ours = _core.v41_candidate_mask(scores.double().numpy(), lens[:, 0].numpy(), topk_blocks, block_size)
     same_rows = int(sum(np.array_equal(a, b) for a, b in zip(ours, theirs)))
     agreement(f"sglang select_candidate_block_ids + candidate_block_mask vs v41_candidate_mask "
-              f"({topk_blocks} blocks of {block_size}, ratio {ratio}{', tied' if levels else ''}) rows", same_rows, rows)
+              f"({topk_blocks} blocks of {block_size}, ratio {ratio}{', tied' if levels else ''}) rows",
+              same_rows, rows)
 
 
 # ---- SGLang: the late-layer tail (kernels/ops/attention/dsv4/attn_metadata_kernels.py) -------------------------

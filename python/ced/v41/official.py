@@ -115,10 +115,10 @@ def _load_weights(model, tensors: dict) -> None:
             if p.dtype in (torch.float8_e4m3fn, torch.float4_e2m1fn_x2):  # kept as stored (I8 = packed FP4)
                 pairs = [(name, p.view(torch.uint8), src.view(torch.uint8)),
                          (base + ".scale", params[base + ".scale"], scale)]
-            else:
-                pairs = [(name, p, _fp8_to_bf16(src, scale) if src.dtype == torch.float8_e4m3fn  # wo_a; dense in bf16 mode
-                          else _fp4_to_bf16(src, scale) if src.dtype == torch.int8  # the experts in bf16 mode
-                          else src.to(p.dtype))]  # bf16 -> fp32: the head and the ratio > 1 compressors
+            else:  # FP8: wo_a, and the dense linears in bf16 mode; I8: the experts in bf16 mode; bf16 -> fp32: the
+                # head and the ratio > 1 compressors
+                pairs = [(name, p, _fp8_to_bf16(src, scale) if src.dtype == torch.float8_e4m3fn
+                          else _fp4_to_bf16(src, scale) if src.dtype == torch.int8 else src.to(p.dtype))]
             for what, dst, v in pairs:
                 if v is None or v.shape != dst.shape:  # copy_ would broadcast a mis-shaped tensor
                     raise ValueError(f"{what}: {None if v is None else list(v.shape)} in the checkpoint, "
