@@ -164,7 +164,8 @@ Policy policy_of(const std::string& path) { return path.empty() ? exact_policy()
 
 }  // namespace
 
-void bind_v41(py::module_& m);  // python/src/v41.cpp
+void bind_v41(py::module_& m);         // python/src/v41.cpp
+void bind_v41_blocks(py::module_& m);  // python/src/v41_blocks.cpp
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "The CED harness's C++ libraries (docs/spec.md); use the `ced` package, not this module.";
@@ -391,4 +392,5 @@ PYBIND11_MODULE(_core, m) {
     return d;
   });
   bind_v41(m);
+  bind_v41_blocks(m);
 }

@@ -5,6 +5,14 @@ import pytest
 import ced
 
 
+def pytest_configure(config):
+    # Labelled tests that need what CI does not have; each skips, saying why, where it is missing.
+    config.addinivalue_line("markers", "official: runs DeepSeek's official inference/model.py (the user's copy, "
+                                       "CED_V41_OFFICIAL_INFERENCE / CED_V41_OFFICIAL_KERNEL; torch with FP8 dtypes)")
+    config.addinivalue_line("markers", "engine_blocks: holds the sglang / vllm wheels' CPU-runnable building blocks "
+                                       "against the reference's (the packages on the path)")
+
+
 @pytest.fixture(scope="session")
 def tiny():
     return ced.config("tiny")
