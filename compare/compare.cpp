@@ -270,7 +270,8 @@ TensorCompare compare_tensors(std::span<const double> t, std::span<const double>
   return c;
 }
 
-LogitsCompare compare_logits(std::span<const double> t, std::span<const double> r, std::vector<int64_t> shape) {
+LogitsCompare compare_logits(std::span<const double> t, std::span<const double> r, std::vector<int64_t> shape,
+                             int64_t greedy_top_n) {
   if (shape.size() != 2) throw InputError(fmt::format("compare logits: shape must be [P, V] (rank {})", shape.size()));
   if (t.size() != r.size())
     throw InputError(fmt::format("compare logits: tensor has {} elements, reference has {}", t.size(), r.size()));
@@ -280,6 +281,9 @@ LogitsCompare compare_logits(std::span<const double> t, std::span<const double> 
   c.vocab = shape[1];
   c.topk = std::min<int64_t>(5, c.vocab);
   c.kl.assign(static_cast<size_t>(c.rows), 0.0);
+  // With V = 0 there are no tokens: an empty sequence on both sides, identical.
+  c.greedy = greedy_divergence(greedy_tokens(t, c.rows, c.vocab), c.vocab ? t : t.first(0),
+                               greedy_tokens(r, c.rows, c.vocab), c.vocab ? r : r.first(0), c.vocab, greedy_top_n);
   if (c.rows == 0) return c;
   const size_t V = static_cast<size_t>(c.vocab);
   double kl_sum = 0, overlap_sum = 0;
@@ -310,6 +314,7 @@ LogitsCompare compare_logits(std::span<const double> t, std::span<const double> 
       c.min_topk_overlap_row = p;
     }
   }
+  c.kl_distribution = kl_distribution(c.kl);
   const double P = static_cast<double>(c.rows);
   c.mean_kl = kl_sum / P;  // +Inf if any row is
   c.top1_fraction = static_cast<double>(c.top1_agree) / P;
