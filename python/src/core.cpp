@@ -164,6 +164,7 @@ Policy policy_of(const std::string& path) { return path.empty() ? exact_policy()
 
 }  // namespace
 
+void bind_generation(pybind11::module_& m);  // generation.cpp
 PYBIND11_MODULE(_core, m) {
   m.doc() = "The CED harness's C++ libraries (docs/spec.md); use the `ced` package, not this module.";
   static py::exception<InputError> input_error(m, "InputError", PyExc_ValueError);
@@ -388,4 +389,5 @@ PYBIND11_MODULE(_core, m) {
     d["judged"] = judged;
     return d;
   });
+  bind_generation(m);
 }
