@@ -11,6 +11,7 @@
 #include <numeric>
 #include <utility>
 
+#include "compare/logits_rows.hpp"
 #include "model/error.hpp"
 
 namespace ced {
@@ -90,53 +91,6 @@ Location locate(int64_t flat, std::span<const int64_t> shape, std::span<const do
     loc.r = r[static_cast<size_t>(flat)];
   }
   return loc;
-}
-
-// Top-k ranking of docs/spec.md §3.4's rule: higher first, ties -> larger index first,
-// NaN last.
-bool ranks_before(double a, int64_t ia, double b, int64_t ib) {
-  const bool na = std::isnan(a), nb = std::isnan(b);
-  if (na != nb) return nb;
-  if (!na && a != b) return a > b;
-  return ia > ib;
-}
-std::vector<int64_t> top_indices(std::span<const double> row, int64_t k) {
-  std::vector<int64_t> idx(row.size());
-  std::iota(idx.begin(), idx.end(), int64_t{0});
-  auto cmp = [&](int64_t a, int64_t b) {
-    return ranks_before(row[static_cast<size_t>(a)], a, row[static_cast<size_t>(b)], b);
-  };
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), cmp);
-  idx.resize(static_cast<size_t>(k));
-  return idx;
-}
-
-// log-sum-exp of a row of finite or -Inf values; -Inf if all are -Inf.
-double log_sum_exp(std::span<const double> x) {
-  double m = -kInf;
-  for (double v : x) m = std::max(m, v);
-  if (m == -kInf) return -kInf;
-  double s = 0;
-  for (double v : x) s += std::exp(v - m);  // each term <= 1, the max term is 1
-  return m + std::log(s);
-}
-
-// KL(softmax r || softmax t) of one row; +Inf where undefined (see header).
-double row_kl(std::span<const double> t, std::span<const double> r) {
-  for (size_t j = 0; j < t.size(); ++j)
-    if (std::isnan(t[j]) || std::isnan(r[j]) || t[j] == kInf || r[j] == kInf) return kInf;
-  const double lse_t = log_sum_exp(t), lse_r = log_sum_exp(r);
-  if (lse_t == -kInf || lse_r == -kInf) return kInf;
-  double kl = 0;
-  for (size_t j = 0; j < t.size(); ++j) {
-    if (r[j] == -kInf) continue;  // p_r = 0
-    const double log_pr = r[j] - lse_r;
-    const double p_r = std::exp(log_pr);
-    if (p_r == 0) continue;  // underflowed: contributes 0
-    if (t[j] == -kInf) return kInf;
-    kl += p_r * (log_pr - (t[j] - lse_t));
-  }
-  return std::max(kl, 0.0);
 }
 
 }  // namespace
@@ -316,7 +270,8 @@ TensorCompare compare_tensors(std::span<const double> t, std::span<const double>
   return c;
 }
 
-LogitsCompare compare_logits(std::span<const double> t, std::span<const double> r, std::vector<int64_t> shape) {
+LogitsCompare compare_logits(std::span<const double> t, std::span<const double> r, std::vector<int64_t> shape,
+                             int64_t greedy_top_n) {
   if (shape.size() != 2) throw InputError(fmt::format("compare logits: shape must be [P, V] (rank {})", shape.size()));
   if (t.size() != r.size())
     throw InputError(fmt::format("compare logits: tensor has {} elements, reference has {}", t.size(), r.size()));
@@ -326,6 +281,9 @@ LogitsCompare compare_logits(std::span<const double> t, std::span<const double> 
   c.vocab = shape[1];
   c.topk = std::min<int64_t>(5, c.vocab);
   c.kl.assign(static_cast<size_t>(c.rows), 0.0);
+  // With V = 0 there are no tokens: an empty sequence on both sides, identical.
+  c.greedy = greedy_divergence(greedy_tokens(t, c.rows, c.vocab), c.vocab ? t : t.first(0),
+                               greedy_tokens(r, c.rows, c.vocab), c.vocab ? r : r.first(0), c.vocab, greedy_top_n);
   if (c.rows == 0) return c;
   const size_t V = static_cast<size_t>(c.vocab);
   double kl_sum = 0, overlap_sum = 0;
@@ -356,6 +314,7 @@ LogitsCompare compare_logits(std::span<const double> t, std::span<const double> 
       c.min_topk_overlap_row = p;
     }
   }
+  c.kl_distribution = kl_distribution(c.kl);
   const double P = static_cast<double>(c.rows);
   c.mean_kl = kl_sum / P;  // +Inf if any row is
   c.top1_fraction = static_cast<double>(c.top1_agree) / P;

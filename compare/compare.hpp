@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "compare/generation.hpp"
+
 namespace ced {
 
 // The dtype a tensor was produced in (docs/spec.md §9 run attribute `dtype`). ULP
@@ -40,6 +42,10 @@ struct Thresholds {
   std::optional<double> min_cosine;
   std::optional<double> max_ulp;      // in the tensor's dtype
   std::optional<double> max_kl;       // logits: the largest per-row KL(softmax r || softmax t)
+  std::optional<double> max_kl_mean;  // logits: the mean per-row KL
+  std::optional<double> max_kl_p99;   // logits: the nearest-rank 99th percentile of the per-row KL
+  std::optional<double> max_kl_p999;  // logits: the nearest-rank 99.9th percentile
+  std::optional<int64_t> greedy_top_n;  // logits: vLLM's greedy rule over the rows' argmaxes (generation.hpp)
   std::optional<double> min_top1;     // logits: fraction of rows whose argmax agrees
   std::optional<double> min_top5;     // logits: the smallest per-row top-5 overlap |T5(t) ∩ T5(r)| / 5
   std::optional<double> min_jaccard;  // selections: the smallest per-position Jaccard index
@@ -159,10 +165,15 @@ struct LogitsCompare {
   double topk_overlap = 1;   // mean over rows of |topk(t) ∩ topk(r)| / topk (1 when P = 0)
   double min_topk_overlap = 1;
   int64_t min_topk_overlap_row = -1;
+  KlDistribution kl_distribution;  // of kl (generation.hpp): mean and nearest-rank quantiles
+  // Teacher-forced greedy (docs/spec.md §8.7): each row's argmax is its side's token,
+  // rows in position order are the steps; t is side a, r side b.
+  GreedyDivergence greedy;
 };
 LogitsCompare compare_logits(std::span<const double> t,  // [P, V]
                              std::span<const double> r,  // [P, V]
-                             std::vector<int64_t> shape);  // {P, V}; InputError otherwise
+                             std::vector<int64_t> shape,  // {P, V}; InputError otherwise
+                             int64_t greedy_top_n = kGreedyTopN);
 
 // Reference scores for the near-tie classification of differing selections.
 struct SelectionScores {
@@ -227,7 +238,15 @@ SelectionCompare compare_selections(std::span<const int64_t> t,  // [P, k], -1 p
 std::string summary(const TensorCompare& c);
 std::string summary(const LogitsCompare& c);
 std::string summary(const SelectionCompare& c);
+// The generation-level verdicts (generation.hpp) in words. Rows are named
+// "row r", or "position p" when positions (row -> position) are given; a and b
+// name the two sides of a greedy divergence.
+std::string summary(const KlDistribution& d, std::span<const int64_t> positions = {});
+std::string summary(const GreedyDivergence& g, std::span<const int64_t> positions = {}, std::string_view a = "a",
+                    std::string_view b = "b");
 std::string to_json(const TensorCompare& c);
+std::string to_json(const KlDistribution& d);
+std::string to_json(const GreedyDivergence& g);
 std::string to_json(const LogitsCompare& c);
 std::string to_json(const SelectionCompare& c);
 // JSON building blocks, shared with policy.cpp and the tools.

@@ -43,6 +43,14 @@ std::string json_nonfinite(const NonFiniteCount& nf) {
                      nf.first_inf);
 }
 
+// "row r", or "position p" of row r when positions are given.
+std::string row_text(int64_t row, std::span<const int64_t> positions) {
+  if (row < 0) return "-";
+  if (positions.empty()) return fmt::format("row {}", row);
+  return static_cast<size_t>(row) < positions.size() ? fmt::format("position {}", positions[static_cast<size_t>(row)])
+                                                     : "-";
+}
+
 }  // namespace
 
 std::string json_string(std::string_view s) {
@@ -95,6 +103,7 @@ std::string summary(const LogitsCompare& c) {
   if (c.first_top1_disagreement >= 0) s += fmt::format(" first disagreement row {}", c.first_top1_disagreement);
   s += fmt::format(" | top{} overlap mean={} min={}", c.topk, num(c.topk_overlap), num(c.min_topk_overlap));
   if (c.min_topk_overlap_row >= 0) s += fmt::format(" at row {}", c.min_topk_overlap_row);
+  s += " | " + summary(c.kl_distribution) + " | " + summary(c.greedy, {}, "t", "r");
   return s;
 }
 
@@ -109,6 +118,25 @@ std::string summary(const SelectionCompare& c) {
     if (c.worst_gap_row >= 0)
       s += fmt::format(" worst gap={} at row {} entry {}", num(c.worst_gap), c.worst_gap_row, c.worst_gap_entry);
   }
+  return s;
+}
+
+std::string summary(const KlDistribution& d, std::span<const int64_t> positions) {
+  return fmt::format("KL mean {}, p50 {}, p99 {} ({}), p99.9 {} ({}), max {} ({}); nearest rank of {} rows", num(d.mean),
+                     num(d.p50), num(d.p99), row_text(d.p99_row, positions), num(d.p999),
+                     row_text(d.p999_row, positions), num(d.max), row_text(d.max_row, positions), d.count);
+}
+
+std::string summary(const GreedyDivergence& g, std::span<const int64_t> positions, std::string_view a,
+                    std::string_view b) {
+  const std::string rule = fmt::format("greedy (vLLM's rule, top-{})", g.top_n);
+  if (g.step < 0) return fmt::format("{}: the same token at all {} steps: pass", rule, g.steps);
+  std::string s = fmt::format("{}: first divergence at step {}", rule, g.step);
+  if (!positions.empty()) s += fmt::format(" ({})", row_text(g.step, positions));
+  s += fmt::format(": {}'s token {} is rank {} in {}, {}'s token {} is rank {} in {}: {}", a, g.token_a, g.rank_a_in_b,
+                   b, b, g.token_b, g.rank_b_in_a, a, g.pass ? "pass" : "FAIL");
+  s += fmt::format("; logit gaps {} {}, {} {}; top-1/top-2 margins {} {}, {} {}", a, num(g.gap_a), b, num(g.gap_b), a,
+                   num(g.top2_margin_a), b, num(g.top2_margin_b));
   return s;
 }
 
@@ -134,10 +162,27 @@ std::string to_json(const TensorCompare& c) {
 std::string to_json(const LogitsCompare& c) {
   return fmt::format(
       R"({{"rows":{},"vocab":{},"mean_kl":{},"max_kl":{},"max_kl_row":{},"top1_agree":{},"top1_fraction":{},)"
-      R"("first_top1_disagreement":{},"topk":{},"topk_overlap":{},"min_topk_overlap":{},"min_topk_overlap_row":{}}})",
+      R"("first_top1_disagreement":{},"topk":{},"topk_overlap":{},"min_topk_overlap":{},"min_topk_overlap_row":{},)"
+      R"("kl_distribution":{},"greedy_teacher_forced":{}}})",
       c.rows, c.vocab, json_number(c.mean_kl), json_number(c.max_kl), c.max_kl_row, c.top1_agree,
       json_number(c.top1_fraction), c.first_top1_disagreement, c.topk, json_number(c.topk_overlap),
-      json_number(c.min_topk_overlap), c.min_topk_overlap_row);
+      json_number(c.min_topk_overlap), c.min_topk_overlap_row, to_json(c.kl_distribution), to_json(c.greedy));
+}
+
+std::string to_json(const KlDistribution& d) {
+  return fmt::format(
+      R"({{"count":{},"mean":{},"p50":{},"p50_row":{},"p99":{},"p99_row":{},"p999":{},"p999_row":{},"max":{},)"
+      R"("max_row":{},"quantile_rule":"nearest-rank"}})",
+      d.count, json_number(d.mean), json_number(d.p50), d.p50_row, json_number(d.p99), d.p99_row, json_number(d.p999),
+      d.p999_row, json_number(d.max), d.max_row);
+}
+
+std::string to_json(const GreedyDivergence& g) {
+  return fmt::format(
+      R"({{"steps":{},"top_n":{},"pass":{},"step":{},"token_a":{},"token_b":{},"rank_a_in_b":{},"rank_b_in_a":{},)"
+      R"("gap_a":{},"gap_b":{},"top2_margin_a":{},"top2_margin_b":{}}})",
+      g.steps, g.top_n, g.pass ? "true" : "false", g.step, g.token_a, g.token_b, g.rank_a_in_b, g.rank_b_in_a,
+      json_number(g.gap_a), json_number(g.gap_b), json_number(g.top2_margin_a), json_number(g.top2_margin_b));
 }
 
 std::string to_json(const SelectionCompare& c) {

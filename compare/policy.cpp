@@ -29,6 +29,9 @@ const ThresholdKey kThresholdKeys[] = {
     {"min_cosine", &Thresholds::min_cosine, -1, 1},
     {"max_ulp", &Thresholds::max_ulp, 0, kInf},
     {"max_kl", &Thresholds::max_kl, 0, kInf},
+    {"max_kl_mean", &Thresholds::max_kl_mean, 0, kInf},
+    {"max_kl_p99", &Thresholds::max_kl_p99, 0, kInf},
+    {"max_kl_p999", &Thresholds::max_kl_p999, 0, kInf},
     {"min_top1", &Thresholds::min_top1, 0, 1},
     {"min_top5", &Thresholds::min_top5, 0, 1},
     {"min_jaccard", &Thresholds::min_jaccard, 0, 1},
@@ -47,6 +50,13 @@ double number_in(const std::string& origin, const std::string& key, const toml::
     fail_at(origin, n.source(),
             fmt::format("'{}' = {} is out of range [{}, {}]", key, v, lo, hi == kInf ? std::string("inf") : fmt::format("{}", hi)));
   return v;
+}
+
+// A whole number >= 1 (greedy_top_n: a count of tokens, so 2.5 or 0 is no N).
+int64_t count_of(const std::string& origin, const std::string& key, const toml::node& n) {
+  const auto v = n.value_exact<int64_t>();
+  if (!v || *v < 1) fail_at(origin, n.source(), fmt::format("'{}' must be a whole number >= 1", key));
+  return *v;
 }
 
 std::string string_of(const std::string& origin, const std::string& key, const toml::node& n) {
@@ -68,6 +78,8 @@ Rule parse_rule(const toml::table& t, const std::string& origin, size_t number) 
       rule.pattern = string_of(origin, key, v);
     } else if (key == "reason") {
       rule.reason = string_of(origin, key, v);
+    } else if (key == "greedy_top_n") {
+      rule.thresholds.greedy_top_n = count_of(origin, key, v);
     } else if (key == "calibrate") {
       const auto b = v.value_exact<bool>();
       if (!b) fail_at(origin, v.source(), "'calibrate' must be a boolean");
@@ -225,7 +237,7 @@ Verdict judge(std::string_view tensor, const Thresholds& th, const Comparison& c
   auto violate = [&](const char* name, double measured, double limit, std::string detail = {}) {
     v.violations.push_back({name, measured, limit, std::move(detail)});
   };
-  auto unchecked = [&](const std::optional<double>& t, const char* name, const char* why) {
+  auto unchecked = [&](const auto& t, const char* name, const char* why) {
     if (t) v.unchecked.push_back(fmt::format("{} ({})", name, why));
   };
   // Measured must be <= limit; NaN measured never passes.
@@ -271,6 +283,15 @@ Verdict judge(std::string_view tensor, const Thresholds& th, const Comparison& c
 
   if (const auto& l = c.logits) {
     upper(th.max_kl, "max_kl", l->max_kl, fmt::format("row {}; mean {}", l->max_kl_row, fmt_value(l->mean_kl)));
+    const KlDistribution& kd = l->kl_distribution;
+    upper(th.max_kl_mean, "max_kl_mean", kd.mean, fmt::format("over {} rows; max {} at row {}", kd.count,
+                                                               fmt_value(kd.max), kd.max_row));
+    upper(th.max_kl_p99, "max_kl_p99", kd.p99, fmt::format("nearest rank of {} rows: row {}", kd.count, kd.p99_row));
+    upper(th.max_kl_p999, "max_kl_p999", kd.p999,
+          fmt::format("nearest rank of {} rows: row {}", kd.count, kd.p999_row));
+    if (th.greedy_top_n && !l->greedy.passes(*th.greedy_top_n))
+      violate("greedy_top_n", static_cast<double>(l->greedy.worst_rank()), static_cast<double>(*th.greedy_top_n),
+              summary(l->greedy, {}, "t", "r"));
     lower(th.min_top1, "min_top1", l->top1_fraction,
           fmt::format("{} of {} rows agree; first disagreement row {}", l->top1_agree, l->rows,
                       l->first_top1_disagreement));
@@ -280,6 +301,10 @@ Verdict judge(std::string_view tensor, const Thresholds& th, const Comparison& c
     unchecked(th.max_kl, "max_kl", "no logits metrics");
     unchecked(th.min_top1, "min_top1", "no logits metrics");
     unchecked(th.min_top5, "min_top5", "no logits metrics");
+    unchecked(th.max_kl_mean, "max_kl_mean", "no logits metrics");
+    unchecked(th.max_kl_p99, "max_kl_p99", "no logits metrics");
+    unchecked(th.max_kl_p999, "max_kl_p999", "no logits metrics");
+    unchecked(th.greedy_top_n, "greedy_top_n", "no logits metrics");
   }
 
   if (const auto& s = c.selection) {

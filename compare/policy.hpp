@@ -19,9 +19,10 @@
 //   abs_floor = 1e-6                 # optional, default: floor
 //
 // Keys of a rule: pattern, reason (both required, non-empty strings); atol,
-// rtol, max_rel_l2, max_nmse, min_cosine, max_ulp, max_kl, min_top1,
-// min_top5, min_jaccard, near_tie (numbers >= 0; min_cosine in [-1, 1],
-// min_top1, min_top5 and min_jaccard in [0, 1]); calibrate (bool), alpha, floor, abs_floor (numbers
+// rtol, max_rel_l2, max_nmse, min_cosine, max_ulp, max_kl, max_kl_mean,
+// max_kl_p99, max_kl_p999, min_top1, min_top5, min_jaccard, near_tie (numbers
+// >= 0; min_cosine in [-1, 1], min_top1, min_top5 and min_jaccard in [0, 1]);
+// greedy_top_n (a whole number >= 1); calibrate (bool), alpha, floor, abs_floor (numbers
 // >= 0, only with calibrate = true; alpha required then). The only top-level
 // key is `rule`. Anything else is an InputError naming the key and file:line.
 #include <cstdint>
@@ -123,9 +124,12 @@ struct Verdict {
 // Checked when set, on the tensor metrics:
 //   atol / rtol      mismatches must be 0 (measured: min_passing_atol, limit: atol)
 //   max_rel_l2, max_nmse, max_ulp (upper bounds), min_cosine (lower bound)
-// on the logits metrics: max_kl (against the largest per-row KL), min_top1
-// (against the top-1 agreement fraction), min_top5 (against the smallest
-// per-row top-5 overlap); on the selection metrics:
+// on the logits metrics: max_kl (against the largest per-row KL), max_kl_mean,
+// max_kl_p99, max_kl_p999 (against the mean and nearest-rank quantiles of the
+// per-row KL, generation.hpp), greedy_top_n (vLLM's greedy rule on the rows'
+// argmaxes with N = greedy_top_n; measured: the larger rank of the two tokens
+// at the first divergent row), min_top1 (against the top-1 agreement fraction),
+// min_top5 (against the smallest per-row top-5 overlap); on the selection metrics:
 // min_jaccard (against the smallest per-position Jaccard), near_tie (with
 // scores: real disagreements must be 0; measured: worst gap).
 // A numeric tensor (logits included) should always carry .tensor: its NaN

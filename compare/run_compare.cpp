@@ -126,7 +126,10 @@ std::string TensorDiff::worst() const {
     if (v == "max_rel_l2" || v == "max_nmse" || v == "min_cosine") return where(c->max_abs.flat);
   }
   if (const auto& l = comparison.logits) {
-    if (v == "max_kl") return row(l->max_kl_row);
+    if (v == "max_kl" || v == "max_kl_mean") return row(l->max_kl_row);
+    if (v == "max_kl_p99") return row(l->kl_distribution.p99_row);
+    if (v == "max_kl_p999") return row(l->kl_distribution.p999_row);
+    if (v == "greedy_top_n") return row(l->greedy.step);
     if (v == "min_top1") return row(l->first_top1_disagreement);
     if (v == "min_top5") return row(l->min_topk_overlap_row);
   }
@@ -189,7 +192,8 @@ RunDiff diff_runs(const std::string& run, const RunResult& t, const RunResult& r
     } else {
       const Thresholds th = policy.thresholds_for(td.name, calib(td.name));
       td.comparison.tensor = compare_tensors(al.a, al.b, shape, th, dt);
-      td.comparison.logits = compare_logits(al.a, al.b, shape);
+      td.comparison.logits = compare_logits(al.a, al.b, shape, th.greedy_top_n.value_or(kGreedyTopN));
+      td.greedy_gated = th.greedy_top_n.has_value();
       td.verdict = judge(policy, td.name, td.comparison, calib(td.name));
       td.bitwise_equal = bits_equal(al.a, al.b);
       td.positions = al.positions;
@@ -333,6 +337,11 @@ std::string format_run_diff(const RunDiff& d, bool verbose) {
         const auto& lc = *t.comparison.logits;
         s += fmt::format("  {:<34} {:>6} KL max {:.3e} (row {}), top-1 {}/{}, top-5 overlap {:.4f}\n", "", "",
                          lc.max_kl, lc.max_kl_row, lc.top1_agree, lc.rows, lc.topk_overlap);
+        // docs/spec.md §8.7: the whole distribution beside the worst row, and the
+        // greedy rule on the rows' argmaxes (teacher-forced: each row saw the prompt's token).
+        s += fmt::format("  {:<34} {:>6} {}\n", "", "", summary(lc.kl_distribution, t.positions));
+        s += fmt::format("  {:<34} {:>6} teacher-forced {} ({})\n", "", "", summary(lc.greedy, t.positions, "t", "r"),
+                         t.greedy_gated ? "gated by greedy_top_n" : "not gated");
       }
     }
     if (!t.verdict.pass) {
@@ -373,7 +382,9 @@ std::string run_diffs_json(const std::vector<RunDiff>& diffs) {
       s += fmt::format("{}{{\"name\": {}, \"bitwise_equal\": {}, \"verdict\": {}", k ? ", " : "", json_string(t.name),
                        t.bitwise_equal ? "true" : "false", to_json(t.verdict));
       if (t.comparison.tensor) s += ", \"metrics\": " + to_json(*t.comparison.tensor);
-      if (t.comparison.logits) s += ", \"logits\": " + to_json(*t.comparison.logits);
+      if (t.comparison.logits)
+        s += fmt::format(", \"logits\": {}, \"greedy_gated\": {}", to_json(*t.comparison.logits),
+                         t.greedy_gated ? "true" : "false");
       if (t.comparison.selection) s += ", \"selection\": " + to_json(*t.comparison.selection);
       if (!t.near_tie_untested.empty()) s += ", \"near_tie_untested\": " + json_string(t.near_tie_untested);
       s += "}";

@@ -23,6 +23,9 @@ struct TensorDiff {
   // Selections: why §8.3's near-tie test was not possible ("" when it was,
   // or for other tensors): a side without index scores (a version-1 file).
   std::string near_tie_untested;
+  // Logits: whether the policy's rule sets greedy_top_n (the greedy rule is
+  // reported either way, and gates only then).
+  bool greedy_gated = false;
   // "position p, column c" of a flat element index, for messages.
   std::string where(int64_t flat) const;
   // Where the verdict failed, named by position (and column for elements),
@@ -30,7 +33,9 @@ struct TensorDiff {
   // -> the first Inf mismatch, atol -> the first mismatching element, max_ulp
   // -> the element of the largest ULP distance, max_kl / min_top1 / min_top5 /
   // min_jaccard -> the first row attaining the worst value (first disagreement
-  // for min_top1), the norm metrics (max_rel_l2, max_nmse, min_cosine) -> the
+  // for min_top1), max_kl_mean -> the row of the largest KL, max_kl_p99 /
+  // max_kl_p999 -> the first row attaining the quantile, greedy_top_n -> the
+  // first divergent row, the norm metrics (max_rel_l2, max_nmse, min_cosine) -> the
   // largest absolute error. Every "first" is in index order, so among tied
   // elements the lowest (position, column) is named. "-" when passing.
   std::string worst() const;

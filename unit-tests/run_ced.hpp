@@ -4,6 +4,7 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -23,6 +24,13 @@ inline std::string slurp(const std::filesystem::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// A scratch folder of this test process: temp/<prefix>-<pid>, created once.
+inline std::filesystem::path scratch_dir(const std::string& prefix) {
+  const std::filesystem::path d = std::filesystem::temp_directory_path() / (prefix + "-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(d);
+  return d;
 }
 
 // `ced ARGS` through the shell (ARGS may hold redirections and quotes).
