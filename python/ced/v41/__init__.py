@@ -13,13 +13,14 @@ from .. import _core
 from .check import CheckPolicy, CheckReport, Property, check
 from .engine import CAPABILITIES, Engine, LayerOut, NotSupported, Prefill, Shared
 from .gate import GateReport, Policy, Verdict, gate
+from .generation import GenerationReport, generation
 from .golden import GoldenRun, checkpoint_for, export, golden_dir, golden_files, read_golden
 from .record import Recorder, Replay, replay
 from .reference import ReferenceEngine
 
 __all__ = [
     "CAPABILITIES", "Engine", "LayerOut", "NotSupported", "Prefill", "Shared", "ReferenceEngine",
-    "gate", "GateReport", "Policy", "Verdict", "check", "CheckReport", "CheckPolicy", "Property",
+    "gate", "GateReport", "Policy", "Verdict", "generation", "GenerationReport", "check", "CheckReport", "CheckPolicy", "Property",
     "GoldenRun", "golden_dir", "golden_files", "read_golden", "export", "checkpoint_for",
     "Recorder", "Replay", "replay", "builtin_configs", "conventions", "encoder_replay_rules", "faults",
 ]
