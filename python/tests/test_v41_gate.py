@@ -48,7 +48,7 @@ def test_a_planted_port_bug_fails_at_its_layer_and_tensor(fault, file, layer, ki
     assert f is not None, f"{fault} passed the gate"
     assert (f.pass_, f.layer, f.kind) == ("teacher forced", layer, kind), f.line()
     assert rep.first_divergent_layer() == layer
-    assert f"layer {layer}" in f.where or f.where.startswith("row"), f.where
+    assert f.where.startswith(f"layer {layer} position "), f.where  # the element by its position and column
 
 
 class LayerOnly(Engine):

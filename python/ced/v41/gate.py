@@ -10,6 +10,7 @@ and (with ``selections``) the first layer whose selection or expert choice diffe
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
@@ -111,6 +112,17 @@ class GateReport:
         return "\n".join(lines + [self.summary()])
 
 
+def _placed(where: str, shape: tuple) -> str:
+    """The judge's flat element index ("layer 3[1234] ours ...") as its position and index within the row."""
+    m = re.search(r"\[(\d+)\]", where)
+    if not m or not shape or int(m.group(1)) >= int(np.prod(shape)):
+        return where
+    idx = np.unravel_index(int(m.group(1)), shape)
+    inner = f", index {tuple(int(i) for i in idx[1:])}" if len(idx) > 2 else f", column {int(idx[1])}" \
+        if len(idx) == 2 else ""
+    return where[:m.start()] + f" position {int(idx[0])}{inner}:" + where[m.end():]
+
+
 def _official_input(run: GoldenRun, plan: dict, layers: list, l: int):
     c = layers[l]
     return c["engram_in"] if plan["layers"][l]["engram"] else c["in"]
@@ -151,8 +163,10 @@ class _Judge:
         if official is None or ours is None:
             return
         at = f"layer {layer}" if layer >= 0 else ""
-        self._add(_core.v41_judge_values(self.pass_, layer, kind, as_array(ours).ravel(),
-                                         as_array(official).ravel(), at, row_len))
+        off = as_array(official)
+        d = _core.v41_judge_values(self.pass_, layer, kind, as_array(ours).ravel(), off.ravel(), at, row_len)
+        d["where"] = _placed(d["where"], off.shape)
+        self._add(d)
 
     def rows(self, layer: int, kind: str, ours: Any, official: Any, offset: int = 0,
              scores: Optional[np.ndarray] = None) -> None:
