@@ -110,6 +110,15 @@ def test_sglang_fake_quant_fp4_is_our_index_fp4_qdq_bit_for_bit():
 
 @pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"),
                     reason=f"torch {torch.__version__} lacks float8_e4m3fn, which SGLang rounds the scale through")
+def test_one_planted_ulp_in_our_fp4_qdq_fails_the_agreement():
+    m = sglang_fp4()
+    x = fp4_inputs(32)
+    ours = _core.v41_fp4_qdq_ue8m0_32(x.float().numpy()).astype(np.float32)
+    ours.flat[5] = np.nextafter(ours.flat[5], np.float32(np.inf))
+    with pytest.raises(AssertionError, match="1 of .* differ"):
+        agreement("planted", bits_same(ours, m.fake_quant_fp4(x)), x.numel())
+
+
 def test_sglang_fake_quant_compressed_kv_is_our_compressed_kv_fp4_qdq_bit_for_bit():
     m = sglang_fp4()
     x = fp4_inputs(16)
