@@ -55,7 +55,8 @@ class Verdict:
 
     def line(self) -> str:
         at = f"layer {self.layer}" if self.layer >= 0 else "-"
-        head = f"{'ok  ' if self.ok else 'FAIL'} {self.file} {self.pass_:<14} {at:<9} {self.kind:<28}"
+        status = "FAIL" if not self.ok else "info" if self.budget.startswith("reported") else "ok  "
+        head = f"{status} {self.file} {self.pass_:<14} {at:<9} {self.kind:<28}"
         tail = f" bitwise {self.bitwise:.4f}, max {self.max_ulp16:.3g} bf16 ulps"
         return head + tail + ("" if self.ok else f": {self.failure} at {self.where}")
 
