@@ -17,6 +17,26 @@ def make_buggy():
 
 def make_ring_bug():
     return v41.ReferenceEngine(fault="ced-ring-slot-of-row", convention="sglang", encoder_replay="vllm")
+
+
+class Diverging(v41.ReferenceEngine):
+    """Its second decode step's top-1 pushed to rank 10: a greedy choice outside the reference's top-5."""
+    def prefill(self, tokens):
+        self.steps = 0
+        return super().prefill(tokens)
+
+    def decode(self, token):
+        import numpy as np
+        self.steps += 1
+        logits = np.array(super().decode(token))
+        if self.steps == 2:
+            order = np.argsort(-logits)
+            logits[order[9]] = logits[order[0]] + 1.0
+        return logits
+
+
+def make_diverging():
+    return Diverging()
 '''
 SUITE = "from ced.v41.testsuite import *\n"
 
@@ -46,6 +66,13 @@ def test_a_planted_replay_bug_fails_its_property_test(port, tmp_path):
                        "-k", "test_ced_property", "-p", "no:cacheprovider")
     r.assert_outcomes(passed=5, failed=1)
     r.stdout.fnmatch_lines(["*a decode step after a ced prefill*not bitwise*"])
+
+
+def test_a_free_running_divergence_outside_the_top_n_fails_the_generation_test(port, tmp_path):
+    r = port.runpytest("--ced-engine", "myport:make_diverging", "--ced-checkpoints", str(tmp_path), "-q",
+                       "-k", "test_generation", "-p", "no:cacheprovider")
+    r.assert_outcomes(failed=1)
+    r.stdout.fnmatch_lines(["*first divergent step 2: reference * (rank * on the engine), engine *outside the top-5*"])
 
 
 def test_without_an_engine_the_suite_skips(port):
