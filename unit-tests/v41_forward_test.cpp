@@ -662,6 +662,48 @@ TEST(V41Kernels, SparseAttnGivesTheScalarLoopsBitsForWindowAndScatteredLists) {
   }
 }
 
+TEST(V41Kernels, QuantizersPer32GiveTheFp32FunctionsBits) {
+  // qdq_fp8_32 and qdq_fp4_32 under the emulating regimes run as vector kernels; act_qdq and
+  // fp4_qdq_ue8m0_32 are the scalar definitions. Blocks at many scales (their amax below, at and
+  // above each floor), the grids' midpoints times a power of two, and the special values.
+  std::mt19937_64 rng(test_seed() + 13);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x;
+  for (int scale = -140; scale <= 120; scale += 5)
+    for (int i = 0; i < 64; ++i) x.push_back(round_bf16(static_cast<float>(std::ldexp(nd(rng), scale))));
+  const float mids[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.5f, 1.0625f, 1.1875f, 500.0f, 3 * 0x1p-10f};
+  for (int p = -8; p <= 8; p += 4)
+    for (float m : mids) {
+      x.push_back(std::ldexp(m, p));
+      x.push_back(-std::ldexp(m, p));
+    }
+  for (float v : {0.0f, -0.0f, nan, -nan, inf, -inf, 0x1p-149f, -0x1p-130f, 3e38f}) {
+    x.push_back(v);
+    for (int i = 0; i < 31; ++i) x.push_back(static_cast<float>(nd(rng)));  // one special per block
+  }
+  x.resize((x.size() + 63) / 64 * 64, 0.5f);
+  const auto same_bits = [](const std::vector<float>& want, const std::vector<double>& got, const char* what) {
+    for (size_t i = 0; i < want.size(); ++i) {
+      const float g = static_cast<float>(got[i]);
+      EXPECT_EQ(std::memcmp(&g, &want[i], sizeof g), 0) << what << " " << i << ": " << g << " vs " << want[i];
+    }
+  };
+  for (V41Regime r : {V41Regime::bf16, V41Regime::release}) {
+    const Arith a(r);
+    std::vector<float> w8 = x, w4 = x;
+    act_qdq(w8, 64);
+    fp4_qdq_ue8m0_32(w4, 64);
+    std::vector<double> g8(x.begin(), x.end()), g4 = g8;
+    qdq_fp8_32(a, g8, 64);
+    qdq_fp4_32(a, g4, 64);
+    same_bits(w8, g8, "fp8");
+    same_bits(w4, g4, "fp4");
+  }
+  std::vector<double> odd(48, 1.0);
+  EXPECT_THROW(qdq_fp8_32(Arith(V41Regime::bf16), odd, 48), std::invalid_argument);
+}
+
 // ---- the f64 quantization points (docs/v41.md §3.8) ----
 
 TEST(V41QdqF64, DoubleQuantizersAgreeWithTheFp32OnesOnBf16Values) {

@@ -152,9 +152,7 @@ std::vector<int32_t> indexer(const LayerCtx& L, std::span<const double> x, std::
     linear(L.a, std::span<const double>(q).subspan(static_cast<size_t>(t0 * IH * ID), static_cast<size_t>(tc * IH * ID)),
            tc * IH, ID, std::span<const double>(shared.index_k).first(static_cast<size_t>(Tv * ID)), Tv, dots, false);
     for (int64_t t = t0; t < t0 + tc; ++t)
-      for (int64_t j = 0; j < Tv; ++j)
-        score[static_cast<size_t>(t * T + j)] =
-            index_score(L, dots.data() + (t - t0) * IH * Tv + j, Tv, wts.data() + t * IH);
+      index_scores(L, dots.data() + (t - t0) * IH * Tv, Tv, wts.data() + t * IH, score.data() + t * T);
   }
   // A query at position p sees the groups complete by p: j < (p + 1) / r.
   for (int64_t t = 0; t < N; ++t)
@@ -198,15 +196,6 @@ Vec index_weights(const LayerCtx& L, std::span<const double> x, int64_t M) {
   const double ws = L.a.c(std::pow(ID, -0.5) * std::pow(IH, -0.5));
   for (double& v : wts) v = L.a.bf(L.a.mul(v, ws));
   return wts;
-}
-
-double index_score(const LayerCtx& L, const double* dots, int64_t stride, const double* w) {
-  const bool fp32_scores = L.options.index_scores == V41IndexScores::fp32;
-  auto score_bf = [&](double v) { return fp32_scores ? v : L.a.bf(v); };
-  double s = 0.0;
-  for (int64_t h = 0; h < L.c.index_n_heads; ++h)
-    s = L.a.add(s, score_bf(L.a.mul(std::max(score_bf(dots[h * stride]), 0.0), w[h])));
-  return score_bf(s);
 }
 
 void select_row(const LayerCtx& L, std::span<const double> score, int64_t visible, int64_t offset,

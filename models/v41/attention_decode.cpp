@@ -86,7 +86,7 @@ std::vector<int32_t> indexer_step(const LayerCtx& L, std::span<const double> x, 
   Vec dots(static_cast<size_t>(IH * T));
   linear(L.a, q, IH, ID, std::span<const double>(keys).first(static_cast<size_t>(T * ID)), T, dots, false);
   Vec score(static_cast<size_t>(T));
-  for (int64_t j = 0; j < T; ++j) score[static_cast<size_t>(j)] = index_score(L, dots.data() + j, T, wts.data());
+  index_scores(L, dots.data(), T, wts.data(), score.data());
 
   const double ninf = -std::numeric_limits<double>::infinity();
   if (L.lp.candidate_source) {

@@ -115,6 +115,52 @@ V41_KERNEL void heads_pv_t(const double* p, const double* const* rows, int64_t n
   heads_pv(p, rows, n, H, d, rescale, acc);
 }
 
+// The index scores of one query (index_scores), a lane per key j: out[j] = Σ_h bf(relu(bf(dots[h, j]))
+// · w[h]) in h order, then bf; bf is bf_of (Arith::bf) when `rounded`, else nothing. relu keeps
+// std::max(x, 0)'s NaN and -0 (x < 0 ? 0 : x). Keys past the last whole vector take the same ops
+// one at a time.
+template <typename T>
+[[gnu::always_inline]] inline void index_scores_row(const double* dots, int64_t n, int64_t heads, const double* w,
+                                                    bool rounded, double* out) {
+  constexpr int64_t L = kLanes<T>;
+  auto bf = [rounded](Vec<T>& v) {
+    if (rounded) bf_lanes<T>(v);
+  };
+  int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    Vec<T> s = {};
+    for (int64_t h = 0; h < heads; ++h) {
+      Vec<T> d;
+      load_lanes<T>(d, dots + h * n + j);
+      bf(d);
+      d = d < T(0) ? Vec<T>{} : d;
+      d = d * static_cast<T>(w[h]);
+      bf(d);
+      s = s + d;
+    }
+    bf(s);
+    store_lanes<T>(out + j, s);
+  }
+  auto bf1 = [rounded](T v) { return rounded ? bf_of<T>(v) : v; };
+  for (; j < n; ++j) {
+    T s = 0;
+    for (int64_t h = 0; h < heads; ++h) {
+      T d = bf1(static_cast<T>(dots[h * n + j]));
+      d = d < T(0) ? T(0) : d;
+      s = s + bf1(d * static_cast<T>(w[h]));
+    }
+    out[j] = bf1(s);
+  }
+}
+V41_KERNEL void index_scores_f32(const double* dots, int64_t n, int64_t heads, const double* w, bool rounded,
+                                 double* out) {
+  index_scores_row<float>(dots, n, heads, w, rounded, out);
+}
+V41_KERNEL void index_scores_f64(const double* dots, int64_t n, int64_t heads, const double* w, bool rounded,
+                                 double* out) {
+  index_scores_row<double>(dots, n, heads, w, rounded, out);
+}
+
 // sparse_attn in T (fp32 under bf16, double under f64). The heads of a query walk its index list
 // together, block by block: a block's valid keys (index >= 0) are listed once, their scores taken
 // for all heads (kLanes heads to a vector, the heads padded with zero queries), then each head keeps
@@ -127,7 +173,9 @@ void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_
                     std::span<const double> kv, std::span<const double> sink, std::span<const int32_t> idxs,
                     int64_t k, double softmax_scale, std::span<double> out) {
   constexpr int64_t L = kLanes<T>;
-  const double scale = a.c(softmax_scale), ninf = -std::numeric_limits<double>::infinity();
+  // The softmax's scalar steps in T: every value an fp32 value under bf16, so fp32 arithmetic and the
+  // fp32 exp are Arith's ops; doubles under f64, where Arith rounds nothing.
+  const T tscale = static_cast<T>(a.c(softmax_scale)), tinf = -std::numeric_limits<T>::infinity();
   constexpr int64_t pass = kPvVecs * L;
   const int64_t dp = (d + pass - 1) / pass * pass;  // P·V's rows padded with zero channels
   const int64_t hv = (H + L - 1) / L;               // vectors of heads
@@ -138,7 +186,7 @@ void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_
   {
     std::vector<T> qt(static_cast<size_t>(hv * d * L)), acc(static_cast<size_t>(H * dp)), rescale(static_cast<size_t>(H));
     std::vector<T> dots(static_cast<size_t>(hv * kAttnBlock * L)), pb(static_cast<size_t>(H * kAttnBlock));
-    std::vector<double> mx(static_cast<size_t>(H)), sum(static_cast<size_t>(H)), s(kAttnBlock);
+    std::vector<T> mx(static_cast<size_t>(H)), sum(static_cast<size_t>(H)), s(kAttnBlock);
     std::vector<const T*> live(kAttnBlock);  // the rows of the block's valid keys, in j order, padded
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < N; ++t) {
@@ -148,8 +196,8 @@ void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_
         for (int64_t c = 0; c < d; ++c)
           qt[static_cast<size_t>(((h / L) * d + c) * L + h % L)] = static_cast<T>(q[static_cast<size_t>((t * H + h) * d + c)]);
       std::fill(acc.begin(), acc.end(), T(0));
-      std::fill(mx.begin(), mx.end(), a.c(-1e30));
-      std::fill(sum.begin(), sum.end(), 0.0);
+      std::fill(mx.begin(), mx.end(), static_cast<T>(a.c(-1e30)));
+      std::fill(sum.begin(), sum.end(), T(0));
       for (int64_t b = 0; b < k; b += kAttnBlock) {
         const int64_t nb = std::min(kAttnBlock, k - b);
         const int32_t* ix = idxs.data() + t * k + b;
@@ -162,31 +210,31 @@ void sparse_attn_as(const Arith& a, std::span<const double> q, int64_t N, int64_
           head_scores_t(qt.data() + v * d * L, live.data(), n_pad, d, dots.data() + v * kAttnBlock * L);
         for (int64_t h = 0; h < H; ++h) {
           const T* dh = dots.data() + (h / L) * kAttnBlock * L + h % L;  // key i at dh[i · lanes]
-          double bmax = ninf;
+          T bmax = tinf;
           for (int64_t j = 0, i = 0; j < nb; ++j) {
-            const double dj = ix[j] >= 0 ? static_cast<double>(dh[(i++) * L]) : ninf;
-            s[static_cast<size_t>(j)] = a.mul(dj, scale);
+            const T dj = ix[j] >= 0 ? dh[(i++) * L] : tinf;
+            s[static_cast<size_t>(j)] = dj * tscale;
             bmax = std::max(bmax, s[static_cast<size_t>(j)]);
           }
-          double& m = mx[static_cast<size_t>(h)];
-          const double prev = m;
+          T& m = mx[static_cast<size_t>(h)];
+          const T prev = m;
           m = std::max(prev, bmax);
-          const double r = a.exp(a.sub(prev, m));
-          double psum = 0.0;
+          const T r = std::exp(prev - m);
+          T psum = 0;
           T* ph = pb.data() + h * kAttnBlock;
           for (int64_t j = 0, i = 0; j < nb; ++j) {
-            s[static_cast<size_t>(j)] = a.exp(a.sub(s[static_cast<size_t>(j)], m));
-            psum = a.add(psum, s[static_cast<size_t>(j)]);
-            if (ix[j] >= 0) ph[i++] = static_cast<T>(a.bf(s[static_cast<size_t>(j)]));
+            s[static_cast<size_t>(j)] = std::exp(s[static_cast<size_t>(j)] - m);
+            psum = psum + s[static_cast<size_t>(j)];
+            if (ix[j] >= 0) ph[i++] = bf_of<T>(s[static_cast<size_t>(j)]);
           }
-          sum[static_cast<size_t>(h)] = a.add(a.mul(sum[static_cast<size_t>(h)], r), psum);
-          rescale[static_cast<size_t>(h)] = static_cast<T>(r);
+          sum[static_cast<size_t>(h)] = sum[static_cast<size_t>(h)] * r + psum;
+          rescale[static_cast<size_t>(h)] = r;
         }
         heads_pv_t(pb.data(), live.data(), n, H, dp, rescale.data(), acc.data());
       }
       for (int64_t h = 0; h < H; ++h) {
         const size_t hs = static_cast<size_t>(h);
-        const double total = a.add(sum[hs], a.exp(a.sub(sink[hs], mx[hs])));
+        const double total = a.add(sum[hs], a.exp(a.sub(sink[hs], static_cast<double>(mx[hs]))));
         double* o = out.data() + (t * H + h) * d;
         for (int64_t c = 0; c < d; ++c)
           o[c] = a.bf(a.div(static_cast<double>(acc[static_cast<size_t>(h * dp + c)]), total));
@@ -202,6 +250,12 @@ void sparse_attn(const Arith& a, std::span<const double> q, int64_t N, int64_t H
                  int64_t k, double softmax_scale, std::span<double> out) {
   if (a.emulate) return sparse_attn_as<float>(a, q, N, H, d, kv, sink, idxs, k, softmax_scale, out);
   sparse_attn_as<double>(a, q, N, H, d, kv, sink, idxs, k, softmax_scale, out);
+}
+
+void index_scores(const LayerCtx& L, const double* dots, int64_t n, const double* w, double* out) {
+  // Under f64 Arith::bf rounds nothing, so only the emulating regimes' bf16 scores are rounded.
+  const bool rounded = L.a.emulate && L.options.index_scores == V41IndexScores::bf16;
+  (L.a.emulate ? index_scores_f32 : index_scores_f64)(dots, n, L.c.index_n_heads, w, rounded, out);
 }
 
 std::vector<double> compress_pool(const Arith& a, std::span<const double> kv, std::span<const double> score,

@@ -248,43 +248,98 @@ V41Linear::Packed pack_codes(const V41Linear& w) {
   return p;
 }
 
-// act_quant (numerics.hpp) of `blocks` 32-blocks of bf16 values X as block_scaled_panel reads
-// them: ac the values of the e4m3 codes of x / s (e4m3_value_lanes), xs the blocks' scales s. The
-// amax, its floor and the scale as act_quant has them; a NaN in a block makes its amax a NaN, and
-// ue8m0_scale gives every NaN the same scale.
-V41_KERNEL void quantize_rows(const double* X, int64_t blocks, float* ac, float* xs) {
+// The scale act_quant and fp4_qdq_ue8m0_32 (numerics.hpp) give a 32-block of fp32 values v:
+// ue8m0_scale(amax, max_inv) with the amax as they have it (a NaN in the block makes it a NaN, to
+// which ue8m0_scale gives every NaN the same scale), floored at `floor`.
+constexpr int64_t kBlockVecs = kFp8Block / kLanes<float>;
+static_assert(kFp4Block == kFp8Block);
+[[gnu::always_inline]] inline float block_scale(const Vec<float> (&v)[kBlockVecs], float floor, float max_inv) {
   using U = Vec<uint32_t>;
-  constexpr int64_t L = kLanes<float>, V = kFp8Block / L;
+  Vec<float> m = {};
+  U nan = {};
+  for (int64_t i = 0; i < kBlockVecs; ++i) {
+    U u;
+    std::memcpy(&u, &v[i], sizeof u);
+    u &= 0x7FFFFFFFu;
+    nan |= (U)(u > 0x7F800000u);
+    Vec<float> a;
+    std::memcpy(&a, &u, sizeof a);
+    m = a > m ? a : m;
+  }
+  float amax = 0.0f;
+  bool any_nan = false;
+  for (int64_t l = 0; l < kLanes<float>; ++l) {
+    amax = std::max(amax, m[l]);
+    any_nan = any_nan || nan[l] != 0;
+  }
+  if (any_nan) amax = std::numeric_limits<float>::quiet_NaN();
+  else if (amax < floor) amax = floor;
+  return ue8m0_scale(amax, max_inv);
+}
+
+// act_quant of `blocks` 32-blocks of bf16 values X as block_scaled_panel reads them: ac the values
+// of the e4m3 codes of x / s (e4m3_value_lanes), xs the blocks' scales s.
+V41_KERNEL void quantize_rows(const double* X, int64_t blocks, float* ac, float* xs) {
+  constexpr int64_t L = kLanes<float>;
   for (int64_t b = 0; b < blocks; ++b) {
-    Vec<float> v[V], m = {};
-    U nan = {};
-    for (int64_t i = 0; i < V; ++i) {
-      load_lanes<float>(v[i], X + b * kFp8Block + i * L);
-      U u;
-      std::memcpy(&u, &v[i], sizeof u);
-      u &= 0x7FFFFFFFu;
-      nan |= (U)(u > 0x7F800000u);
-      Vec<float> a;
-      std::memcpy(&a, &u, sizeof a);
-      m = a > m ? a : m;
-    }
-    float amax = 0.0f;
-    bool any_nan = false;
-    for (int64_t l = 0; l < L; ++l) {
-      amax = std::max(amax, m[l]);
-      any_nan = any_nan || nan[l] != 0;
-    }
-    if (any_nan) amax = std::numeric_limits<float>::quiet_NaN();
-    else if (amax < kFp8AmaxFloor) amax = kFp8AmaxFloor;
-    const float scale = ue8m0_scale(amax, kFp8MaxInv);
+    Vec<float> v[kBlockVecs];
+    for (int64_t i = 0; i < kBlockVecs; ++i) load_lanes<float>(v[i], X + b * kFp8Block + i * L);
+    const float scale = block_scale(v, kFp8AmaxFloor, kFp8MaxInv);
     xs[b] = scale;
-    for (int64_t i = 0; i < V; ++i) {
+    for (int64_t i = 0; i < kBlockVecs; ++i) {
       Vec<float> q = v[i] / scale;
       e4m3_value_lanes(q);
       std::memcpy(ac + b * kFp8Block + i * L, &q, sizeof q);
     }
   }
 }
+
+// f32_from_e2m1(e2m1_from_f32(clamp_e2m1(x))) on lanes (numerics.cpp): |x| against the midpoints
+// with the same tie rule, the sign of x (a NaN fails every test: ±0; past 6 the clamp changes
+// nothing, as 6 is the code above 5 anyway).
+[[gnu::always_inline]] inline void e2m1_value_lanes(Vec<float>& x) {
+  using U = Vec<uint32_t>;
+  U u;
+  std::memcpy(&u, &x, sizeof u);
+  const U sign = u & 0x80000000u, au = u & 0x7FFFFFFFu;
+  Vec<float> a, v = {};
+  std::memcpy(&a, &au, sizeof a);
+  auto step = [&](auto above, float to) { v = above ? Vec<float>{} + to : v; };
+  step(a > 0.25f, 0.5f);
+  step(a >= 0.75f, 1.0f);
+  step(a > 1.25f, 1.5f);
+  step(a >= 1.75f, 2.0f);
+  step(a > 2.5f, 3.0f);
+  step(a >= 3.5f, 4.0f);
+  step(a > 5.0f, 6.0f);
+  std::memcpy(&u, &v, sizeof u);
+  u |= sign;
+  std::memcpy(&x, &u, sizeof x);
+}
+
+// act_qdq (FP8, e4m3 codes) and fp4_qdq_ue8m0_32 (FP4, e2m1 codes) of `blocks` 32-blocks of fp32
+// values X in place: x = bf16(value(code of x / s) · s), s the block's scale.
+template <bool Fp4>
+[[gnu::always_inline]] inline void qdq_rows(double* X, int64_t blocks) {
+  constexpr int64_t L = kLanes<float>;
+  for (int64_t b = 0; b < blocks; ++b) {
+    Vec<float> v[kBlockVecs];
+    for (int64_t i = 0; i < kBlockVecs; ++i) load_lanes<float>(v[i], X + b * kFp8Block + i * L);
+    const float scale = Fp4 ? block_scale(v, kFp4AmaxFloor, kFp4MaxInv) : block_scale(v, kFp8AmaxFloor, kFp8MaxInv);
+    for (int64_t i = 0; i < kBlockVecs; ++i) {
+      Vec<float> q = v[i] / scale;
+      if constexpr (Fp4)
+        e2m1_value_lanes(q);
+      else
+        e4m3_value_lanes(q);
+      q = q * scale;
+      bf_lanes<float>(q);
+      store_lanes<float>(X + b * kFp8Block + i * L, q);
+    }
+  }
+}
+V41_KERNEL void fp8_qdq_rows(double* X, int64_t blocks) { qdq_rows<false>(X, blocks); }
+V41_KERNEL void fp4_qdq_rows(double* X, int64_t blocks) { qdq_rows<true>(X, blocks); }
 
 bool uses_codes(const Arith& a, const V41Linear& w) { return a.release && w.kind != V41Linear::Kind::Plain; }
 
@@ -516,10 +571,22 @@ void qdq(const Arith& a, std::span<double> x, int64_t K, Fn32 f32, Fn64 f64) {
   f32(std::span<float>(v), K);
   std::copy(v.begin(), v.end(), x.begin());
 }
+
+// The per-32 quantizers on fp32 values run as vector kernels (the same bits as act_qdq and
+// fp4_qdq_ue8m0_32, V41Kernels); a shape those refuse goes to them for their error.
+bool whole_blocks(std::span<double> x, int64_t K) {
+  return K > 0 && K % kFp8Block == 0 && x.size() % static_cast<size_t>(K) == 0;
+}
 }  // namespace
 
-void qdq_fp8_32(const Arith& a, std::span<double> x, int64_t K) { qdq(a, x, K, act_qdq, act_qdq_f64); }
+void qdq_fp8_32(const Arith& a, std::span<double> x, int64_t K) {
+  if (a.emulate && whole_blocks(x, K))
+    return fp8_qdq_rows(x.data(), static_cast<int64_t>(x.size()) / kFp8Block);
+  qdq(a, x, K, act_qdq, act_qdq_f64);
+}
 void qdq_fp4_32(const Arith& a, std::span<double> x, int64_t K) {
+  if (a.emulate && whole_blocks(x, K))
+    return fp4_qdq_rows(x.data(), static_cast<int64_t>(x.size()) / kFp4Block);
   qdq(a, x, K, fp4_qdq_ue8m0_32, fp4_qdq_ue8m0_32_f64);
 }
 void qdq_fp4_e4m3_16(const Arith& a, std::span<double> x, int64_t K) {

@@ -199,10 +199,10 @@ void rope_rows(const LayerCtx& L, std::vector<double>& x, int64_t rows, int64_t 
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < heads; ++h) apply_rope(L.a, x.data() + (r * heads + h) * d, d, L.rope, pos_of(r), inverse);
 }
-// The index score of one query against one key: Σ_h bf16(relu(bf16(dot_h)) · w_h), the head sum in fp32,
-// then bf16 (none of the three bf16 roundings with --index-scores fp32). dots: the query's per-head dot
-// products with the key, dots[h · stride]; w: its n_heads weights.
-double index_score(const LayerCtx& L, const double* dots, int64_t stride, const double* w);
+// The index scores of one query against n keys: out[j] = Σ_h bf16(relu(bf16(dot_hj)) · w_h), the head sum
+// in fp32, then bf16 (none of the three bf16 roundings with --index-scores fp32). dots: the query's per-head
+// dot products [n_heads, n] (dot_hj at dots[h · n + j]); w: its n_heads weights.
+void index_scores(const LayerCtx& L, const double* dots, int64_t n, const double* w, double* out);
 // The published selection of one query row from its masked scores [T]: the top min(index_topk, T)
 // (select_topk), in position order, each + offset, or -1 past the query's `visible` groups. out: [k].
 void select_row(const LayerCtx& L, std::span<const double> score, int64_t visible, int64_t offset,

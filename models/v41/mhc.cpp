@@ -98,32 +98,33 @@ template <typename T>
   }
 }
 
-// out[j, d] = bf16(post[j] · y[d] + Σ_i comb[i, j] · R[i, d]).
+// out[j, d] = bf16(post[j] · y[d] + Σ_i comb[i, j] · R[i, d]): a vector of channels at a time for
+// every j, so that each stream's vector is read (and converted) once for all of them.
+constexpr int64_t kMaxHc = 8;
 template <typename T>
 [[gnu::always_inline]] inline void hc_post_token(const double* y, const double* R, const double* post,
                                                  const double* comb, int64_t hc, int64_t dim, double* out) {
   constexpr int64_t L = kLanes<T>;
-  for (int64_t j = 0; j < hc; ++j) {
-    const T pj = static_cast<T>(post[j]);
-    double* o = out + j * dim;
-    int64_t d = 0;
+  int64_t d = 0;
+  if (hc <= kMaxHc)
     for (; d + L <= dim; d += L) {
-      Vec<T> s = {}, x;
-      for (int64_t i = 0; i < hc; ++i) {
-        load_lanes<T>(x, R + i * dim + d);
-        s = s + static_cast<T>(comb[i * hc + j]) * x;
-      }
+      Vec<T> r[kMaxHc], x;
+      for (int64_t i = 0; i < hc; ++i) load_lanes<T>(r[i], R + i * dim + d);
       load_lanes<T>(x, y + d);
-      x = pj * x + s;
-      bf_lanes<T>(x);
-      store_lanes<T>(o + d, x);
+      for (int64_t j = 0; j < hc; ++j) {
+        Vec<T> s = {};
+        for (int64_t i = 0; i < hc; ++i) s = s + static_cast<T>(comb[i * hc + j]) * r[i];
+        Vec<T> o = static_cast<T>(post[j]) * x + s;
+        bf_lanes<T>(o);
+        store_lanes<T>(out + j * dim + d, o);
+      }
     }
-    for (; d < dim; ++d) {
+  for (int64_t j = 0; j < hc; ++j)
+    for (int64_t e = d; e < dim; ++e) {
       T s = 0;
-      for (int64_t i = 0; i < hc; ++i) s = s + static_cast<T>(comb[i * hc + j]) * static_cast<T>(R[i * dim + d]);
-      o[d] = bf_of<T>(pj * static_cast<T>(y[d]) + s);
+      for (int64_t i = 0; i < hc; ++i) s = s + static_cast<T>(comb[i * hc + j]) * static_cast<T>(R[i * dim + e]);
+      out[j * dim + e] = bf_of<T>(static_cast<T>(post[j]) * static_cast<T>(y[e]) + s);
     }
-  }
 }
 
 // The kernels over N tokens, T float under the emulating regimes (_f32) and double under f64 (_f64).

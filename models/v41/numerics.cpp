@@ -1,6 +1,7 @@
 // docs/v41.md §2 (codecs) and §3 (quantize-dequantize, stored weights).
 #include "models/v41/numerics.hpp"
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -73,12 +74,24 @@ uint8_t e4m3_from_f32(float x) {
   return static_cast<uint8_t>(sign | static_cast<uint8_t>(r));
 }
 
-float f32_from_e4m3(uint8_t code) {
+namespace {
+float e4m3_value(uint8_t code) {
   const float sign = (code & 0x80u) ? -1.0f : 1.0f;
   const uint32_t e = (code >> 3) & 0xFu, m = code & 0x7u;
   if (e == 0xFu && m == 0x7u) return std::copysign(std::numeric_limits<float>::quiet_NaN(), sign);
   if (e == 0) return sign * std::ldexp(static_cast<float>(m), -9);
   return sign * std::ldexp(static_cast<float>(8u + m), static_cast<int>(e) - 10);
+}
+}  // namespace
+
+float f32_from_e4m3(uint8_t code) {
+  // The 256 values once (ldexp per weight was a tenth of loading a checkpoint).
+  static const std::array<float, 256> values = [] {
+    std::array<float, 256> v{};
+    for (int c = 0; c < 256; ++c) v[static_cast<size_t>(c)] = e4m3_value(static_cast<uint8_t>(c));
+    return v;
+  }();
+  return values[code];
 }
 
 // ---- e8m0
