@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <cstdio>
 
+#include "python/src/numpy_arrays.hpp"
 #include "backends/registry.hpp"
 #include "compare/run_compare.hpp"
 #include "golden/golden_set.hpp"
@@ -32,11 +33,24 @@ namespace {
 
 using IntMat = Eigen::Matrix<int64_t, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-py::array_t<int64_t> int_array(const std::vector<int64_t>& v) { return py::array_t<int64_t>(py::ssize_t(v.size()), v.data()); }
+py::array int_array(const std::vector<int64_t>& v) { return python::numpy_array({py::ssize_t(v.size())}, v.data()); }
 std::vector<int64_t> int_vector(const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& a) {
   if (a.ndim() != 1) throw InputError(fmt::format("positions: want a 1-D array, got {} dimensions", a.ndim()));
   return {a.data(), a.data() + a.size()};
 }
+// A row-major matrix copied from an array numpy made C-contiguous in the matrix's dtype. Not pybind11's Eigen
+// caster: pybind11 2.10 reads strides in units of an item size taken at numpy 1's descriptor layout, which
+// numpy 2 changed (python/src/numpy_arrays.hpp), and crashed there; numpy converts, the copy is plain.
+template <class Mat>
+Mat matrix_of(const py::array_t<typename Mat::Scalar, py::array::c_style | py::array::forcecast>& a, const char* what) {
+  if (a.ndim() != 2) throw InputError(fmt::format("{}: want a 2-D array, got {} dimensions", what, a.ndim()));
+  Mat m(a.shape(0), a.shape(1));
+  std::copy(a.data(), a.data() + a.size(), m.data());
+  return m;
+}
+template <class Mat>
+using MatrixArg = py::array_t<typename Mat::Scalar, py::array::c_style | py::array::forcecast>;
+
 std::vector<int32_t> token_vector(const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& a) {
   if (a.ndim() != 1) throw InputError(fmt::format("tokens: want a 1-D array, got {} dimensions", a.ndim()));
   std::vector<int32_t> v;
@@ -215,10 +229,10 @@ PYBIND11_MODULE(_core, m) {
       const std::vector<double> v = generate_tensor(t, seed);
       std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
       if (dtype == "f64") {
-        out[py::str(t.name)] = py::array_t<double>(shape, v.data());
+        out[py::str(t.name)] = python::numpy_array(shape, v.data());
       } else {
-        py::array_t<float> a(shape);
-        float* p = a.mutable_data();
+        py::array a = python::numpy_array<float>(shape);
+        float* p = static_cast<float*>(a.mutable_data());
         for (size_t i = 0; i < v.size(); ++i)
           p[i] = dtype == "f32" ? float(v[i]) : std::bit_cast<float>(uint32_t(bf16_bits_of(v[i])) << 16);
         out[py::str(t.name)] = a;
@@ -229,7 +243,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("tokens", [](const Config& c, int64_t n, uint64_t seed) {
     if (n < 0) throw InputError(fmt::format("tokens: n must be >= 0 (got {})", n));
     const std::vector<int32_t> t = make_tokens(seed, c.vocab_size, n);
-    return py::array_t<int32_t>(py::ssize_t(t.size()), t.data());
+    return python::numpy_array({py::ssize_t(t.size())}, t.data());
   });
   m.def("export", [](const std::string& path, const Config& c, uint64_t weight_seed, const std::string& dtype,
                      const std::string& format, int64_t n_tokens, uint64_t token_seed, const std::string& generator) {
@@ -254,7 +268,7 @@ PYBIND11_MODULE(_core, m) {
                       if (s != "all" && s != "last") throw InputError(fmt::format("logits: '{}' is not all or last", s));
                       r.logits = s == "last" ? LogitsScope::Last : LogitsScope::All;
                     })
-      .def_property("tokens", [](const RunRequest& r) { return py::array_t<int32_t>(py::ssize_t(r.tokens.size()), r.tokens.data()); },
+      .def_property("tokens", [](const RunRequest& r) { return python::numpy_array({py::ssize_t(r.tokens.size())}, r.tokens.data()); },
                     [](RunRequest& r, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& a) {
                       r.tokens = token_vector(a);
                     });
@@ -268,11 +282,12 @@ PYBIND11_MODULE(_core, m) {
                     [](LayerCapture& l, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& a) {
                       l.positions = int_vector(a);
                     })
-      .def_readwrite("out", &LayerCapture::out)
+      .def_property("out", [](const LayerCapture& l) { return py::cast(l.out); },
+                    [](LayerCapture& l, const MatrixArg<MatD>& a) { l.out = matrix_of<MatD>(a, "out"); })
       .def_property("topk", [](const LayerCapture& l) -> py::object { return l.has_topk ? py::cast(l.topk) : py::none(); },
-                    [](LayerCapture& l, const std::optional<IntMat>& t) {
+                    [](LayerCapture& l, const std::optional<MatrixArg<IntMat>>& t) {
                       l.has_topk = t.has_value();
-                      l.topk = t ? *t : IntMat();
+                      l.topk = t ? matrix_of<IntMat>(*t, "topk") : IntMat();
                     });
 
   py::class_<RunResult>(m, "RunResult", "One run's outputs and attributes (docs/spec.md §9.1 /runs/<run>).")
@@ -292,7 +307,8 @@ PYBIND11_MODULE(_core, m) {
                     [](RunResult& r, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& a) {
                       r.positions = int_vector(a);
                     })
-      .def_readwrite("logits", &RunResult::logits)
+      .def_property("logits", [](const RunResult& r) { return py::cast(r.logits); },
+                    [](RunResult& r, const MatrixArg<MatD>& a) { r.logits = matrix_of<MatD>(a, "logits"); })
       .def_readwrite("layers", &RunResult::layers)
       .def_property_readonly("flops", [](const RunResult& r) { return r.flops.per_layer.empty() ? 0 : r.flops.total(); })
       .def_readonly("prefill_seconds", &RunResult::prefill_seconds)
@@ -337,7 +353,7 @@ PYBIND11_MODULE(_core, m) {
     py::dict d;
     d["generator"] = f.generator;
     d["config"] = f.config;
-    d["tokens"] = py::array_t<int32_t>(py::ssize_t(f.tokens.size()), f.tokens.data());
+    d["tokens"] = python::numpy_array({py::ssize_t(f.tokens.size())}, f.tokens.data());
     d["weight_seed"] = f.weight_seed;
     d["token_seed"] = f.token_seed;
     d["tokens_explicit"] = f.tokens_explicit;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/error.hpp"
+#include "python/src/numpy_arrays.hpp"
 #include "models/lab/weights.hpp"
 #include "models/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
@@ -40,10 +41,8 @@ py::object array_of(const std::vector<T>& v, std::vector<py::ssize_t> shape) {
     if (shape[i] < 0) free = static_cast<py::ssize_t>(i);
     else known *= shape[i];
   if (free >= 0) shape[static_cast<size_t>(free)] = known ? static_cast<py::ssize_t>(v.size()) / known : 0;
-  py::array_t<U> a(shape);
-  U* p = a.mutable_data();
-  for (size_t i = 0; i < v.size(); ++i) p[i] = static_cast<U>(v[i]);
-  return a;
+  const std::vector<U> values(v.begin(), v.end());
+  return python::numpy_array(shape, values.data());
 }
 
 std::vector<double> doubles(const Doubles& a) { return {a.data(), a.data() + a.size()}; }

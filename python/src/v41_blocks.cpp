@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/v41/config.hpp"
+#include "python/src/numpy_arrays.hpp"
 #include "models/v41/forward.hpp"
 #include "models/v41/forward_ops.hpp"
 #include "models/v41/numerics.hpp"
@@ -27,10 +28,9 @@ using Ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 
 // An in-place quantizer of [rows, K] on a copy of x (the last dimension K), returned in x's shape.
 template <void (*qdq)(std::span<float>, int64_t)>
-Floats quantized(const Floats& x) {
-  Floats out(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
-  std::copy(x.data(), x.data() + x.size(), out.mutable_data());
-  qdq(std::span<float>(out.mutable_data(), static_cast<size_t>(out.size())), x.shape(x.ndim() - 1));
+py::array quantized(const Floats& x) {
+  py::array out = ced::python::numpy_array(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()), x.data());
+  qdq(std::span<float>(static_cast<float*>(out.mutable_data()), static_cast<size_t>(x.size())), x.shape(x.ndim() - 1));
   return out;
 }
 
@@ -43,11 +43,12 @@ void bind_v41_blocks(py::module_& m) {
         "FP4 e2m1 with one e4m3 scale per 16, quantized and back (the compressed KV): x [..., K] bf16 values.");
   m.def("v41_candidate_mask", [](const Doubles& scores, const Ints& visible, int64_t topk_blocks, int64_t block_size) {
     const py::ssize_t rows = scores.shape(0), T = scores.shape(1);
-    py::array_t<uint8_t> mask({rows, T});
+    py::array mask = ced::python::numpy_array<uint8_t>({rows, T});
+    uint8_t* m = static_cast<uint8_t*>(mask.mutable_data());
     for (py::ssize_t t = 0; t < rows; ++t)
       fwd::candidate_blocks(std::span<const double>(scores.data() + t * T, static_cast<size_t>(T)), visible.at(t),
                             topk_blocks, block_size, true,
-                            std::span<uint8_t>(mask.mutable_data() + t * T, static_cast<size_t>(T)));
+                            std::span<uint8_t>(m + t * T, static_cast<size_t>(T)));
     return mask;
   }, "The candidate source's pool (select_candidate_blocks) per row: scores [rows, T] (-inf past the row's causal "
      "length), visible [rows] its compress length; mask [rows, T] of 0/1.");
