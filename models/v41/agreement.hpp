@@ -1,5 +1,5 @@
 #pragma once
-// The v41 gate (docs/v41.md §12.3): our reference against a run file of the official code, layer by
+// The v41 gate (docs/v41.md §12.4): our reference against a run file of the official code, layer by
 // layer with teacher forcing (each layer fed the official's input streams, pre_mix and published
 // caches, each sublayer also fed the official's sublayer input, so one flip stays in its layer) and end
 // to end; every tensor kind judged against a budget whose reason is one of the measured causes of
