@@ -87,3 +87,19 @@ def test_without_batch_invariance_a_property_is_judged_under_the_stated_policy(c
     rep = v41.check(Jittery(1.0), checkpoint=checkpoint, quiet=True)
     assert rep.verdict("every row replayed is the prefill") == "FAIL", str(rep)
     assert "0.35 of" in str(rep)
+
+
+class FirstRowOff(Jittery):
+    """A replay of every row whose first row alone differs: the last row, all a span check reads, is right."""
+
+    def prefill_ced(self, tokens, replay):
+        p = self.inner.prefill_ced(tokens, replay)
+        p.logits = p.logits.copy()
+        p.logits[0] *= 2.0
+        return p
+
+
+def test_every_row_replayed_is_compared_not_only_the_last(checkpoint):
+    rep = v41.check(FirstRowOff(0.0), checkpoint=checkpoint, quiet=True)
+    assert rep.verdict("every row replayed is the prefill") == "FAIL", str(rep)
+    assert "row 0" in str(rep)

@@ -185,3 +185,9 @@ def test_ced_gate_and_ced_check_judge_a_v41_engine_as_the_v41_package_does(check
     assert isinstance(rep, v41.GateReport) and (rep.first_failure.layer, rep.first_failure.kind) == \
         (0, "attn_out (forced x)")
     assert ced.check(v41.ReferenceEngine(fault="ced-ring-slot-of-row"), quiet=True).failures
+
+
+def test_a_head_the_engine_cannot_run_is_reported_not_supported(checkpoints):
+    rep = v41.gate(LayerOnly(v41.ReferenceEngine()), [golden("tiny-fp8-n5.h5")], checkpoints=checkpoints, quiet=True)
+    assert rep.passed
+    assert any(n.startswith("tiny-fp8-n5.h5 head:") for n in rep.not_supported), rep.not_supported

@@ -20,7 +20,8 @@ from .reference import ReferenceEngine
 
 __all__ = [
     "CAPABILITIES", "Engine", "LayerOut", "NotSupported", "Prefill", "Shared", "ReferenceEngine",
-    "gate", "GateReport", "Policy", "Verdict", "generation", "GenerationReport", "check", "CheckReport", "CheckPolicy", "Property",
+    "gate", "GateReport", "Policy", "Verdict", "generation", "GenerationReport",
+    "check", "CheckReport", "CheckPolicy", "Property",
     "GoldenRun", "golden_dir", "golden_files", "read_golden", "export", "checkpoint_for",
     "Recorder", "Replay", "replay", "builtin_configs", "conventions", "encoder_replay_rules", "faults",
 ]

@@ -190,7 +190,7 @@ def prefill_of(x: Any, n: int) -> Prefill:
     if first < 0 or first + logits.shape[0] > n:
         raise ValueError(f"an engine's prefill returned rows {first} .. {first + logits.shape[0] - 1} of a prompt "
                          f"of {n} tokens")
-    layers = {int(l): {k: v for k, v in dict(c).items()} for l, c in dict(p.layers).items()}
+    layers = {int(l): dict(c) for l, c in dict(p.layers).items()}
     return Prefill(logits=logits, first_row=first, layers=layers)
 
 

@@ -13,13 +13,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 import numpy as np
 
 from .. import _core
 from .engine import NotSupported, Shared, as_array, capabilities_of, layer_out_of, prefill_of
 from .golden import GoldenRun, checkpoint_for, golden_files, read_golden
+from .record import Recorder
 from .reference import ReferenceEngine
 
 
@@ -118,10 +119,9 @@ def _placed(where: str, shape: tuple) -> str:
     m = re.search(r"\[(\d+)\]", where)
     if not m or not shape or int(m.group(1)) >= int(np.prod(shape)):
         return where
-    idx = np.unravel_index(int(m.group(1)), shape)
-    inner = f", index {tuple(int(i) for i in idx[1:])}" if len(idx) > 2 else f", column {int(idx[1])}" \
-        if len(idx) == 2 else ""
-    return where[:m.start()] + f" position {int(idx[0])}{inner}:" + where[m.end():]
+    idx = [int(i) for i in np.unravel_index(int(m.group(1)), shape)]
+    inner = "" if len(idx) == 1 else f", column {idx[1]}" if len(idx) == 2 else f", index {tuple(idx[1:])}"
+    return where[:m.start()] + f" position {idx[0]}{inner}:" + where[m.end():]
 
 
 def _official_input(run: GoldenRun, plan: dict, layers: list, l: int):
@@ -151,6 +151,7 @@ class _Judge:
     def __init__(self, run: GoldenRun, policy: Policy, reference: ReferenceEngine):
         self.run, self.policy, self.reference = run, policy, reference
         self.verdicts: list = []
+        self.not_supported: list = []  # a call inside a pass the engine refused, the pass's other verdicts kept
         self.pass_ = ""
 
     def _add(self, d: dict, notes: Iterable[str] = ()) -> None:
@@ -170,23 +171,25 @@ class _Judge:
         self._add(d)
 
     def rows(self, layer: int, kind: str, ours: Any, official: Any, offset: int = 0,
-             scores: Optional[np.ndarray] = None) -> None:
-        """Index lists row by row; with the reference's scores, a differing row that is a near-tie under the
-        policy is excused (counted equal, named in the notes)."""
-        if official is None:
-            return
-        if ours is None:
+             scores: Optional[Callable[[], Optional[np.ndarray]]] = None) -> None:
+        """Index lists row by row; with the reference's scores (asked for at the first row that differs), a
+        differing row that is a near-tie under the policy is excused (counted equal, named in the notes)."""
+        if official is None or ours is None:
             return
         off = np.asarray(official, dtype=np.int64)
-        mine = as_array(ours, np.int64).reshape(off.shape) if as_array(ours, np.int64).size == off.size \
-            else as_array(ours, np.int64)
-        excused = []
+        mine = as_array(ours, np.int64)
+        if mine.size == off.size:
+            mine = mine.reshape(off.shape).copy()
+        excused, row_scores = [], None
         if scores is not None and mine.shape == off.shape:
-            mine = mine.copy()
             for t in range(off.shape[0]):
                 if np.array_equal(mine[t], off[t]):
                     continue
-                why = self._near_tie(mine[t], off[t], scores[t], offset)
+                if row_scores is None:
+                    row_scores = scores()
+                if row_scores is None:
+                    break
+                why = self._near_tie(mine[t], off[t], row_scores[t], offset)
                 if why:
                     excused.append(f"near-tie {kind} layer {layer} row {t}: {why}")
                     mine[t] = off[t]
@@ -219,8 +222,10 @@ class _Judge:
         why = "" if ok else (f"top-1 {a} here, {b} official; official top-1/top-2 margin {margin:.4g} = "
                              f"{margin / scale:.3g} of max |logit|, not below the near-tie bound "
                              f"{self.policy.top1_margin}")
-        notes = [] if a == b else [f"near-tie top-1 flip {a} vs {b}: margin {margin:.4g} ({margin / scale:.3g} "
-                                   f"of max |logit|) below {self.policy.top1_margin}"] if ok else []
+        notes = []
+        if a != b and ok:
+            notes.append(f"near-tie top-1 flip {a} vs {b}: margin {margin:.4g} ({margin / scale:.3g} of max |logit|) "
+                         f"below {self.policy.top1_margin}")
         self.verdicts.append(Verdict(file=self.run.name, pass_=self.pass_, layer=-1, kind="top-1 (last row)", ok=ok,
                                      failure=why, where=f"position {official.shape[0] - 1}", max_ulp16=0.0,
                                      bitwise=float(a == b), budget="policy top1_margin", notes=notes))
@@ -235,34 +240,27 @@ def _teacher_forced(j: _Judge, engine: Any, caps: frozenset, plan: dict) -> None
         lp, o = plan["layers"][l], layers[l]
         shared = _shared_below(plan, layers, l)
         out = layer_out_of(engine.layer(l, _official_input(run, plan, layers, l), o["pre_mix"], run.tokens, shared))
-        if lp["engram"] and "in" in out.captures:
-            j.values(l, "in", out.captures["in"], o["in"], dim)
-        if "attn_x" in out.captures:
-            j.values(l, "attn_x", out.captures["attn_x"], o["attn_x"], dim)
-        scores = None
-        if lp["owns_indexer"]:  # the reference's index scores on the official input: the near-tie test
-            scores = j.reference.attention(l, o["attn_x"], shared).get("index_score")
+        if lp["engram"]:
+            j.values(l, "in", out.captures.get("in"), o["in"], dim)
+        j.values(l, "attn_x", out.captures.get("attn_x"), o["attn_x"], dim)
+        def scores():  # the reference's index scores on the official input: the near-tie test (asked this layer)
+            return j.reference.attention(l, o["attn_x"], shared).get("index_score")
         if "sublayers" in caps:
             a = dict(engine.attention(l, o["attn_x"], shared))
-            if "attn_q" in a:
-                j.values(l, "attn_q (forced x)", a["attn_q"], o["attn_q"], plan["head_dim"])
-            if "attn_kv" in a:
-                j.values(l, "attn_kv (forced x)", a["attn_kv"], o["attn_kv"])
-            if "attn_idx" in a:
-                j.rows(l, "attn_idx (forced x)", a["attn_idx"], o["attn_idx"])
-            if lp["owns_compressor"] and "latent" in a:
-                j.values(l, "latent (forced x)", a["latent"], o["latent"], plan["head_dim"])
+            j.values(l, "attn_q (forced x)", a.get("attn_q"), o["attn_q"], plan["head_dim"])
+            j.values(l, "attn_kv (forced x)", a.get("attn_kv"), o["attn_kv"])
+            j.rows(l, "attn_idx (forced x)", a.get("attn_idx"), o["attn_idx"])
+            if lp["owns_compressor"]:
+                j.values(l, "latent (forced x)", a.get("latent"), o["latent"], plan["head_dim"])
             published = a
             j.values(l, "attn_out (forced x)", a.get("attn_out"), o["attn_out"], dim)
             m = dict(engine.moe(l, o["ffn_x"]))
             j.values(l, "ffn_out (forced x)", m.get("ffn_out"), o["ffn_out"], dim)
             j.rows(l, "experts (forced x)", m.get("experts"), o["experts"])
-            if "expert_weights" in m:
-                j.values(l, "expert_weights (forced x)", m["expert_weights"], o["expert_weights"])
+            j.values(l, "expert_weights (forced x)", m.get("expert_weights"), o["expert_weights"])
         else:
             published = dict(out.published)
-            if "experts" in out.captures:
-                j.rows(l, "experts (forced x)", out.captures["experts"], o["experts"])
+            j.rows(l, "experts (forced x)", out.captures.get("experts"), o["experts"])
         if lp["owns_indexer"]:
             j.rows(l, "topk_idxs (forced x)", published.get("topk_idxs"), o["topk_idxs"], N, scores)
         if lp["owns_compressor"]:
@@ -278,9 +276,10 @@ def _teacher_forced(j: _Judge, engine: Any, caps: frozenset, plan: dict) -> None
             h = j.reference.model.head(as_array(out.out), as_array(out.ffn_pre))
             j.values(l, "final_collapsed", h["final_collapsed"], res["final_collapsed"], dim)
     try:
-        j.values(-1, "logits (forced collapsed)", engine.head(res["final_collapsed"]), res["logits"], plan["vocab_size"])
-    except NotSupported:
-        pass
+        logits = engine.head(res["final_collapsed"])
+        j.values(-1, "logits (forced collapsed)", logits, res["logits"], plan["vocab_size"])
+    except NotSupported as e:
+        j.not_supported.append(f"{run.name} head: {e}")
 
 
 def _end_to_end(j: _Judge, engine: Any, caps: frozenset, plan: dict) -> None:
@@ -314,7 +313,6 @@ def gate(engine: Any, golden: Union[None, str, os.PathLike, Iterable] = None, po
     (exported once into ``checkpoints``). ``record=DIR`` saves every call and answer (:mod:`ced.v41.record`), so
     ``gate(ced.v41.replay(DIR))`` reproduces the verdicts without the engine. Prints the report unless ``quiet``.
     """
-    from .record import Recorder
     policy = policy or Policy()
     caps = capabilities_of(engine)
     name = getattr(engine, "name", type(engine).__name__)
@@ -326,16 +324,18 @@ def gate(engine: Any, golden: Union[None, str, os.PathLike, Iterable] = None, po
         paths = [Path(golden)] if Path(golden).is_file() else golden_files(getattr(engine, "regime", "release"), golden)
     else:
         paths = [Path(p) for p in golden]
-    verdicts, unsupported, loaded = [], [], None
+    verdicts, unsupported, loaded, referenced = [], [], None, None
     for path in paths:
         run = read_golden(path)
         folder = checkpoint_for(run, checkpoints)
         if folder != loaded:
             engine.load(str(folder))
+            plan = _core.v41_plan(str(folder))
+            loaded = folder
+        if (folder, run.regime) != referenced:  # the near-tie scores and the final collapse in the file's regime
             reference = ReferenceEngine(run.regime)
             reference.load(str(folder))
-            loaded = folder
-        plan = _core.v41_plan(str(folder))
+            referenced = (folder, run.regime)
         j = _Judge(run, policy, reference)
         for what, need, step in (("teacher forced", "layer", _teacher_forced), ("end to end", "prefill", _end_to_end)):
             if need not in caps:
@@ -346,6 +346,7 @@ def gate(engine: Any, golden: Union[None, str, os.PathLike, Iterable] = None, po
             except NotSupported as e:
                 unsupported.append(f"{run.name} {what}: {e}")
         verdicts += j.verdicts
+        unsupported += j.not_supported
     rep = GateReport(engine=name, files=[p.name for p in paths], verdicts=verdicts, not_supported=unsupported)
     if not quiet:
         print(rep.summary() if rep.passed else str(rep))

@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _core
 from .engine import as_array, capabilities_of, prefill_of
-from .golden import export
+from .golden import config_checkpoint
 from .reference import ReferenceEngine
 
 
@@ -56,7 +56,8 @@ class GenerationReport:
                      f"prefix {self.agreement['mean_prefix']:.2f} of {self.steps} steps")
         if k:
             lines.append(f"KL(reference || engine) per position over {k['count']} positions: mean {k['mean']:.3g}, "
-                         f"p99 {k['p99']:.3g}, p99.9 {k['p999']:.3g}, max {k['max']:.3g} (position {k['max_row']} of those)")
+                         f"p99 {k['p99']:.3g}, p99.9 {k['p999']:.3g}, max {k['max']:.3g} "
+                         f"(position {k['max_row']} of those)")
         verdict = "PASS" if self.passed else "FAIL: " + "; ".join(self.failures)
         return "\n".join(lines + [f"{verdict} ({self.engine}, vLLM's rule with top-{self.top_n})"])
 
@@ -84,8 +85,6 @@ def generation(engine: Any, config: str = "v41-tiny", prompts: int = 4, prompt_l
     """Free-running greedy decode of ``prompts`` seeded prompts of ``prompt_len`` tokens, ``steps`` tokens each, on
     the engine and on the reference (in the engine's regime), judged by vLLM's rule with ``top_n``; ``kl_bound``,
     e.g. ``("p99", 0.05)``, also gates a quantile of the per-position KL."""
-    import tempfile
-    from pathlib import Path
     name = getattr(engine, "name", type(engine).__name__)
     rep = GenerationReport(engine=name, prompts=prompts, steps=steps, top_n=top_n, kl_bound=kl_bound)
     if not {"prefill", "decode"} <= capabilities_of(engine):
@@ -93,9 +92,7 @@ def generation(engine: Any, config: str = "v41-tiny", prompts: int = 4, prompt_l
         if not quiet:
             print(rep)
         return rep
-    folder = Path(checkpoint) if checkpoint else Path(tempfile.mkdtemp(prefix="ced-v41-gen-")) / config
-    if not (folder / "config.json").exists():
-        export(config, folder, weight_seed)
+    folder = config_checkpoint(config, checkpoint, weight_seed, "generation")
     engine.load(str(folder))
     reference = ReferenceEngine(getattr(engine, "regime", "release"))
     reference.load(str(folder))

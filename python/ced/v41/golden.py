@@ -66,6 +66,16 @@ def export(config: str, out: PathLike, weight_seed: int = 0, boost: Optional[lis
     return _core.v41_export(config, int(weight_seed), os.fspath(out), int(shard_bytes), list(boost or []))
 
 
+def config_checkpoint(config: str, folder: Optional[PathLike] = None, weight_seed: int = 0,
+                      purpose: str = "ced") -> Path:
+    """A built-in's checkpoint folder: ``folder`` (exported there unless it holds one already) or a new
+    temporary folder; for the checks that run on a config rather than on a golden file."""
+    path = Path(folder) if folder else Path(tempfile.mkdtemp(prefix=f"ced-v41-{purpose}-")) / config
+    if not (path / "config.json").exists():
+        export(config, path, weight_seed)
+    return path
+
+
 def checkpoint_for(golden: GoldenRun, cache: Optional[PathLike] = None) -> Path:
     """The checkpoint folder a golden file ran, exported once into ``cache`` (default: a folder under the
     system's temporary directory) and checked against the file's weights digest."""
