@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import ced.v41 as v41
-from ced.v41.engine import Engine
+from ced.v41.engine import Engine, NotSupported
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +103,19 @@ def test_every_row_replayed_is_compared_not_only_the_last(checkpoint):
     rep = v41.check(FirstRowOff(0.0), checkpoint=checkpoint, quiet=True)
     assert rep.verdict("every row replayed is the prefill") == "FAIL", str(rep)
     assert "row 0" in str(rep)
+
+
+class Refuses(Engine):
+    """Declares a prefill it then refuses: nothing can be judged."""
+    capabilities = frozenset({"prefill"})
+
+    def load(self, checkpoint):
+        pass
+
+    def prefill(self, tokens):
+        raise NotSupported("not yet")
+
+
+def test_a_check_that_judged_nothing_does_not_pass(checkpoint):
+    rep = v41.check(Refuses(), checkpoint=checkpoint, quiet=True)
+    assert not rep.failures and not rep.passed, str(rep)

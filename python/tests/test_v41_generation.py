@@ -83,3 +83,36 @@ def test_an_engine_without_decode_is_not_supported(checkpoint):
         capabilities = frozenset({"prefill"})
     rep = v41.generation(PrefillOnly(1, None), checkpoint=checkpoint, quiet=True)
     assert not rep.passed and "needs the capabilities" in rep.not_supported
+
+
+def test_nothing_to_judge_is_refused_not_passed(checkpoint):
+    for bad in (dict(prompts=0), dict(steps=0), dict(prompt_len=0)):
+        with pytest.raises(ValueError, match="nothing judged is no verdict"):
+            v41.generation(v41.ReferenceEngine(), checkpoint=checkpoint, quiet=True, **bad)
+    assert not v41.GenerationReport(engine="e", prompts=0, steps=1, top_n=5).passed
+
+
+def test_the_kl_statistics_are_the_plain_numpy_ones(checkpoint):
+    """Mean and nearest-rank quantiles (the value of rank ceil(q n)) of per-row KL(ref || engine), recomputed."""
+    def nudge(logits):
+        return logits * 0.7
+    rep = v41.generation(Steered(3, nudge), checkpoint=checkpoint, prompts=2, steps=5, quiet=True)
+    ref = v41.ReferenceEngine()
+    ref.load(checkpoint)
+    kls = []
+    for p in range(2):
+        prompt = v41._core.v41_tokens(checkpoint, 16, 1000 + p)
+        logits = [ref.prefill(prompt).logits[-1]]
+        for _ in range(4):
+            logits.append(np.asarray(ref.decode(int(np.argmax(logits[-1])))))
+        for s, r in enumerate(logits):
+            t = nudge(r) if s == 3 else r
+            lp, lq = r - np.logaddexp.reduce(r), t - np.logaddexp.reduce(t)
+            kls.append(max(float(np.sum(np.exp(lp) * (lp - lq))), 0.0))
+    srt = sorted(kls)
+    rank = lambda q: srt[int(np.ceil(q * len(srt))) - 1]  # noqa: E731
+    assert rep.kl["count"] == len(kls) == 10
+    assert rep.kl["mean"] == pytest.approx(np.mean(kls), rel=1e-9)
+    assert rep.kl["max"] == pytest.approx(max(kls), rel=1e-9) and rep.kl["max"] > 0
+    for key, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
+        assert rep.kl[key] == pytest.approx(rank(q), rel=1e-9, abs=1e-15), key

@@ -85,6 +85,9 @@ def generation(engine: Any, config: str = "v41-tiny", prompts: int = 4, prompt_l
     """Free-running greedy decode of ``prompts`` seeded prompts of ``prompt_len`` tokens, ``steps`` tokens each, on
     the engine and on the reference (in the engine's regime), judged by vLLM's rule with ``top_n``; ``kl_bound``,
     e.g. ``("p99", 0.05)``, also gates a quantile of the per-position KL."""
+    if prompts < 1 or steps < 1 or prompt_len < 1:
+        raise ValueError(f"generation: prompts {prompts}, steps {steps}, prompt_len {prompt_len}: each must be at "
+                         f"least 1 (nothing judged is no verdict)")
     name = getattr(engine, "name", type(engine).__name__)
     rep = GenerationReport(engine=name, prompts=prompts, steps=steps, top_n=top_n, kl_bound=kl_bound)
     if not {"prefill", "decode"} <= capabilities_of(engine):
