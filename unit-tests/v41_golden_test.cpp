@@ -7,12 +7,14 @@
 
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <functional>
 #include <algorithm>
 #include <map>
 #include <set>
 
+#include "model/error.hpp"
 #include "models/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/forward_ops.hpp"
@@ -357,6 +359,153 @@ TEST(V41GoldenFiles, EveryFileJudgesEveryCoreKindOverAtLeastOneValue) {
                                "index_k (forced x)", "candidates (forced x)"});
     for (const auto& k : core) EXPECT_GT(seen[k], 0) << name << ": " << k << " not judged";
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Special values are never excused (docs/v41.md §12.4): a NaN, or an infinity on one side only, fails
+// the row it lands in, in every pass and for every kind, the end-to-end logits' relative bound included
+// (a comparison with a NaN is false, so a `>` test alone lets it through).
+struct SpecialPlant {
+  const char* name;
+  const char* file;
+  std::function<void(V41RunFile&)> edit;
+  struct Row {
+    std::string pass;
+    int64_t layer;
+    std::string kind;
+  };
+  std::vector<Row> failing;  // the rows that must fail
+};
+
+class V41GateSpecialValues : public ::testing::TestWithParam<SpecialPlant> {};
+
+const V41TensorAgreement* find_row(const V41Agreement& a, const std::string& pass, int64_t layer, const std::string& kind) {
+  for (const auto& r : a.rows)
+    if (r.pass == pass && r.layer == layer && r.kind == kind) return &r;
+  return nullptr;
+}
+
+TEST_P(V41GateSpecialValues, FailEveryRowTheyReachAndNameTheFirst) {
+  const SpecialPlant& p = GetParam();
+  const Loaded& l = load(p.file);
+  V41RunFile f = l.file;
+  p.edit(f);
+  const V41Model model(l.checkpoint.config, l.checkpoint.weights, f.regime);
+  const V41Agreement a = v41_agreement(model, f);
+  ASSERT_NE(a.first_failure(), nullptr) << p.name << " passed the gate";
+  for (const auto& [pass, layer, kind] : p.failing) {
+    const V41TensorAgreement* r = find_row(a, pass, layer, kind);
+    ASSERT_NE(r, nullptr) << pass << " layer " << layer << " " << kind << " not judged";
+    EXPECT_NE(r->failure.find("NaN or an infinity"), std::string::npos)
+        << pass << " layer " << layer << " " << kind << ": " << r->failure;
+    EXPECT_GE(r->nonfinite, 1);
+  }
+}
+
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN(), kInf = std::numeric_limits<double>::infinity();
+
+INSTANTIATE_TEST_SUITE_P(
+    Plants, V41GateSpecialValues,
+    ::testing::Values(
+        SpecialPlant{"nan_logits", "tiny-fp8-n17.h5", [](V41RunFile& f) { at(f.result.logits, 100) = kNan; },
+                     {{"teacher forced", -1, "logits (forced collapsed)"}, {"end to end", -1, "logits (end to end)"}}},
+        SpecialPlant{"inf_logits", "tiny-fp8-n17.h5", [](V41RunFile& f) { at(f.result.logits, 7) = kInf; },
+                     {{"teacher forced", -1, "logits (forced collapsed)"}, {"end to end", -1, "logits (end to end)"}}},
+        SpecialPlant{"minus_inf_logits", "tiny-bf16-n5.h5", [](V41RunFile& f) { at(f.result.logits, 0) = -kInf; },
+                     {{"teacher forced", -1, "logits (forced collapsed)"}, {"end to end", -1, "logits (end to end)"}}},
+        SpecialPlant{"nan_attn_out", "tiny-fp8-n17.h5", [](V41RunFile& f) { at(f.result.layers[1].attn_out, 7) = kNan; },
+                     {{"teacher forced", 1, "attn_out (forced x)"}}},
+        SpecialPlant{"inf_expert_weights", "tiny-fp8-n17.h5",
+                     [](V41RunFile& f) { at(f.result.layers[0].expert_weights, 0) = kInf; },
+                     {{"teacher forced", 0, "expert_weights (forced x)"}}},
+        SpecialPlant{"nan_final_collapsed", "wide-fp8-n33.h5",
+                     [](V41RunFile& f) { at(f.result.final_collapsed, 40) = kNan; },
+                     {{"teacher forced", 5, "final_collapsed"}, {"end to end", -1, "final_collapsed (end to end)"}}},
+        SpecialPlant{"nan_decode_logits", "tiny-fp8-n13-d8.h5",
+                     [](V41RunFile& f) { at(f.decode->steps.at(3).logits, 11) = kNan; },
+                     {{"decode forced", -1, "decode logits (forced collapsed)"}, {"decode e2e", -1, "decode logits (end to end)"}}},
+        SpecialPlant{"inf_decode_logits", "tiny-bf16-n13-d8.h5",
+                     [](V41RunFile& f) { at(f.decode->steps.at(7).logits, 2) = -kInf; },
+                     {{"decode forced", -1, "decode logits (forced collapsed)"}, {"decode e2e", -1, "decode logits (end to end)"}}},
+        SpecialPlant{"nan_decode_attn_out", "tiny-fp8-n13-d8.h5",
+                     [](V41RunFile& f) { at(f.decode->steps.at(0).layers[2].attn_out, 5) = kNan; },
+                     {{"decode forced", 2, "decode attn_out (forced x)"}}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// On our side too: the judge sees the difference, whichever side holds the NaN; equal infinities (the
+// unwritten -inf slots of a score table) are equal, not special.
+TEST(V41GateSpecialValues, ANanOnOurSideFailsTheEndToEndLogitsAndEqualInfinitiesAgree) {
+  for (const char* kind : {"logits (end to end)", "decode logits (end to end)", "attn_out (forced x)"}) {
+    V41TensorAgreement r;
+    r.kind = kind;
+    v41_compare_values(r, std::vector<double>{1.0, kNan, 0.5}, std::vector<double>{1.0, 2.0, 0.5}, "here");
+    v41_judge(r);
+    EXPECT_NE(r.failure.find("1 of 3 values differ by a NaN or an infinity, the first at here[1]"), std::string::npos)
+        << kind << ": " << r.failure;
+  }
+  V41TensorAgreement r;
+  r.kind = "attn_out (forced x)";
+  v41_compare_values(r, std::vector<double>{-kInf, 1.0}, std::vector<double>{-kInf, 1.0}, "here");
+  v41_judge(r);
+  EXPECT_EQ(r.nonfinite, 0);
+  EXPECT_EQ(r.failure, "");
+}
+
+// The end-to-end logits are judged in every decode step as in the prefill: a step whose largest logit
+// changes sign moves by twice the logits' scale, past the 35 % bound, and fails that row; the prefill's
+// end-to-end logits stay within it.
+TEST(V41GateDecode, AStepsEndToEndLogitsBeyondTheirBoundFailThatRow) {
+  const Loaded& l = load("tiny-fp8-n13-d8.h5");
+  V41RunFile f = l.file;
+  auto& logits = f.decode->steps.at(5).logits;
+  const auto big = std::max_element(logits.begin(), logits.end(), [](double a, double b) { return std::fabs(a) < std::fabs(b); });
+  *big = -*big;
+  const V41Model model(l.checkpoint.config, l.checkpoint.weights, f.regime);
+  const V41Agreement a = v41_agreement(model, f);
+  const V41TensorAgreement* e2e = find_row(a, "decode e2e", -1, "decode logits (end to end)");
+  ASSERT_NE(e2e, nullptr);
+  EXPECT_NE(e2e->failure.find("more than 35 %"), std::string::npos) << e2e->failure;
+  EXPECT_NE(e2e->where.find("step 5"), std::string::npos) << e2e->where;
+  const V41TensorAgreement* prefill = find_row(a, "end to end", -1, "logits (end to end)");
+  ASSERT_NE(prefill, nullptr);
+  EXPECT_EQ(prefill->failure, "");
+}
+
+// The official code has none of our switches: a run file made with any of them (fp32 index scores,
+// lowest-index ties, the owner's index keys in decode) is refused as the reference, not judged.
+TEST(V41Switches, ARunFileMadeWithASwitchIsRefusedAsTheOfficialReference) {
+  const Loaded& l = load("tiny-fp8-n13-d8.h5");
+  const V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
+  for (int which = 0; which < 3; ++which) {
+    V41RunFile f = l.file;
+    if (which == 0) f.options.index_scores = V41IndexScores::fp32;
+    if (which == 1) f.options.topk_ties = V41TopkTies::lowest_index;
+    if (which == 2) f.options.decode_index_k = V41DecodeIndexK::owner;
+    try {
+      v41_agreement(model, f);
+      ADD_FAILURE() << "switch " << which << " accepted";
+    } catch (const ced::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("non-default switches"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(v41_agreement(model, l.file));
+}
+
+}  // namespace
+
+namespace {
+
+// A row that compared nothing is not within its bound: 0 of 0 values is no agreement.
+TEST(V41CompareValues, ARowOfZeroValuesOnBothSidesFailsAsNothingCompared) {
+  V41TensorAgreement r;
+  r.kind = "attn_out (forced x)";
+  v41_compare_values(r, std::vector<double>{}, std::vector<double>{}, "here");
+  v41_judge(r);
+  EXPECT_EQ(r.n, 0);
+  EXPECT_EQ(r.failure, "nothing compared (0 values on both sides)");
 }
 
 }  // namespace

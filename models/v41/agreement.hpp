@@ -26,6 +26,10 @@ struct V41TensorAgreement {
   bool row_scaled = false;     // max_ulp16 in spacings of max(|element|, its row's RMS)
   std::string where;     // the element of the largest difference
   bool rows_compared = false;  // an index list: n and equal count rows
+  // Elements whose difference is not a number: a NaN on either side, or an infinity the other side
+  // lacks. Never excused by a budget (a finite bound admits no NaN); `nonfinite_at` is the first.
+  int64_t nonfinite = 0;
+  std::string nonfinite_at;
   std::vector<std::string> notes;  // rows that differ, shape mismatches
   std::string failure;   // "" within its budget, else why not (the budget and its reason)
 
