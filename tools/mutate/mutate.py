@@ -753,6 +753,8 @@ def test_stages(args, file=None):
         return ctest  # the package does not contain the `ced` commands or the scripts
     if binaries is not None and reach is not None and not (binaries & args.package_binaries):
         return ctest
+    if args.python_for_package_only:
+        return ctest  # a library's mutant judged by CTest alone (a narrower, cheaper pass; the rate a lower bound)
     return ctest + python
 
 
@@ -1057,6 +1059,8 @@ def main(argv=None):
                         "over python/tests and examples/torch_engine; '' drops it)")
     p.add_argument("--build-cmd", default="", help="instead of cmake --build BUILD BUILD_ARGS (run in SRC)")
     p.add_argument("--ctest-args", default="-j2 --stop-on-failure", help="arguments for every ctest stage")
+    p.add_argument("--python-for-package-only", action="store_true",
+                   help="run the Python stage for mutants of python/ only, not for the libraries the package links")
     p.add_argument("--test-timeout", type=int, default=120, help="per-test timeout (s)")
     p.add_argument("--stage-timeout", type=int, default=900, help="whole-stage timeout (s)")
     p.add_argument("--build-timeout", type=int, default=900)
