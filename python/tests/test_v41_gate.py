@@ -24,6 +24,7 @@ def test_the_reference_through_the_protocol_passes_every_golden_file_of_its_regi
     rep = v41.gate(v41.ReferenceEngine(regime), checkpoints=checkpoints, quiet=True)
     assert rep.passed, str(rep)
     assert len(rep.files) >= 7 and not rep.not_supported
+    assert all({"release": "-fp8-", "bf16": "-bf16-"}[regime] in f for f in rep.files), rep.files  # its regime's only
     kinds = {v.kind for v in rep.verdicts}
     assert {"out", "ffn_pre", "attn_out (forced x)", "topk_idxs (forced x)", "experts (forced x)",
             "logits (end to end)", "top-1 (last row)", "decode logits (end to end)"} <= kinds
@@ -191,3 +192,200 @@ def test_a_head_the_engine_cannot_run_is_reported_not_supported(checkpoints):
     rep = v41.gate(LayerOnly(v41.ReferenceEngine()), [golden("tiny-fp8-n5.h5")], checkpoints=checkpoints, quiet=True)
     assert rep.passed
     assert any(n.startswith("tiny-fp8-n5.h5 head:") for n in rep.not_supported), rep.not_supported
+
+
+# --- Issue 35: each verdict judged on the right side, and never against a NaN or an infinity. ---
+
+
+def _index_scores(file, layer, row, checkpoints):
+    """The reference's index scores of one row on the official's input: the scores the gate's near-tie test reads."""
+    from ced.v41.gate import _shared_below
+    run = v41.read_golden(golden(file))
+    folder = v41.checkpoint_for(run, checkpoints)
+    plan = v41._core.v41_plan(str(folder))
+    ref = v41.ReferenceEngine(run.regime)
+    ref.load(str(folder))
+    layers = run.result["layers"]
+    scores = ref.attention(layer, layers[layer]["attn_x"], _shared_below(plan, layers, layer))["index_score"]
+    return np.asarray(scores[row], np.float64), np.asarray(layers[layer]["topk_idxs"][row]), len(run.tokens)
+
+
+def _bf16_ulps(gap, boundary):
+    """|gap| in bf16 spacings at the boundary score: the near-tie test's unit (gate.py's _near_tie)."""
+    return abs(gap) / 2.0 ** (np.frexp(max(abs(boundary), 2.0 ** -126))[1] - 8)
+
+
+class Reselect(LayerOnly):
+    """One published selection row with the given swaps (index sources out, index sources in), everything else the
+    reference's, so only that row of topk_idxs can fail."""
+
+    def __init__(self, inner, layer, row, swaps):
+        super().__init__(inner)
+        self.at, self.row, self.swaps = layer, row, swaps
+
+    def layer(self, layer, streams, pre_mix, tokens, shared):
+        o = self.inner.layer(layer, streams, pre_mix, tokens, shared)
+        if layer != self.at:
+            return o
+        t = np.array(o.published["topk_idxs"])
+        for out, into in self.swaps:
+            t[self.row, list(t[self.row]).index(out)] = into
+        return LayerOut(o.out, o.ffn_pre, {**o.published, "topk_idxs": t}, o.captures)
+
+
+def test_a_selection_row_with_one_near_tie_and_one_far_swap_is_not_excused(checkpoints):
+    """The farthest position decides a near-tie: a row is excused only when EVERY position one side alone chose is
+    within tie_ulps of the boundary. Row 39 of layer 1 (tiny-fp8-n40) gets two swaps: its boundary position for the
+    best position it left out (a near-tie at the bound set below), and its best position for its worst finite one
+    (far). The bound is set between the two gaps, so judging by the closest gap would excuse the row."""
+    file, layer, row = "tiny-fp8-n40.h5", 1, 39
+    scores, off, N = _index_scores(file, layer, row, checkpoints)
+    chosen = [int(i) for i in off if i >= 0]
+    score = {i: scores[i - N] for i in chosen}
+    boundary_pos, best_pos = min(chosen, key=score.get), max(chosen, key=score.get)
+    boundary = score[boundary_pos]
+    left = [i + N for i in range(scores.shape[0]) if i + N not in chosen and np.isfinite(scores[i])]
+    near, far = max(left, key=lambda i: scores[i - N]), min(left, key=lambda i: scores[i - N])
+    near_gap = _bf16_ulps(scores[near - N] - boundary, boundary)
+    far_gap = min(_bf16_ulps(scores[far - N] - boundary, boundary), _bf16_ulps(score[best_pos] - boundary, boundary))
+    assert near_gap < far_gap, (near_gap, far_gap)  # the row has a near and a far position to swap in
+    policy = v41.Policy(tie_ulps=(near_gap + far_gap) / 2)
+    # Control: the near swap alone is excused under this bound (so what fails below is the far swap).
+    alone = v41.gate(Reselect(v41.ReferenceEngine(), layer, row, [(boundary_pos, near)]), [golden(file)],
+                     checkpoints=checkpoints, policy=policy, quiet=True)
+    assert alone.passed and any(f"layer {layer} row {row}" in n for n in alone.near_ties), str(alone)
+    both = v41.gate(Reselect(v41.ReferenceEngine(), layer, row, [(boundary_pos, near), (best_pos, far)]),
+                    [golden(file)], checkpoints=checkpoints, policy=policy, quiet=True)
+    f = both.first_failure
+    assert f is not None and (f.layer, f.kind) == (layer, "topk_idxs (forced x)"), str(both)
+    assert f"row {row}" in f.where and not both.near_ties, str(both)
+
+
+def _official_margin(file):
+    """The official last row's top-1/top-2 margin as a fraction of its largest |logit| (what top1_margin bounds)."""
+    r = np.asarray(v41.read_golden(golden(file)).result["logits"][-1], np.float64)
+    top2 = np.sort(r)[-2:]
+    return float(top2[1] - top2[0]) / float(np.max(np.abs(r)))
+
+
+def test_the_top1_margin_is_measured_on_the_official_logits_not_the_engines(checkpoints):
+    """FlipTop1 leaves its own top-1/top-2 margin at 1e-3 (far below any bound) while the official margin is what it
+    is: with the bound at half the official margin the flip is not a near-tie and must fail; measuring the margin on
+    the engine's logits would excuse it. The same bound at twice the official margin excuses it."""
+    file = "tiny-fp8-n17.h5"
+    m = _official_margin(file)
+    assert m > 0
+    strict = v41.gate(FlipTop1(v41.ReferenceEngine()), [golden(file)], checkpoints=checkpoints,
+                      policy=v41.Policy(top1_margin=m / 2), quiet=True)
+    f = strict.first_failure
+    assert f is not None and f.kind == "top-1 (last row)", str(strict)
+    assert f"= {m:.3g} of max |logit|" in f.failure, f.failure  # the official's margin, printed
+    loose = v41.gate(FlipTop1(v41.ReferenceEngine()), [golden(file)], checkpoints=checkpoints,
+                     policy=v41.Policy(top1_margin=2 * m), quiet=True)
+    assert loose.passed and any(f"({m:.3g} of max |logit|)" in n for n in loose.near_ties), str(loose)
+
+
+def test_a_gate_given_no_golden_file_judges_nothing_and_does_not_pass(tmp_path, checkpoints):
+    """Zero files judged is no verdict: an empty list, and a folder that holds no golden file of the regime."""
+    for given in ([], tmp_path):
+        rep = v41.gate(v41.ReferenceEngine(), given, checkpoints=checkpoints, quiet=True)
+        assert rep.files == [] and rep.verdicts == [] and not rep.passed and not rep, str(rep)
+        assert "nothing was judged" in rep.summary()
+
+
+# A NaN or an infinity is never within a budget and never a near-tie (STYLE: special values are never excused).
+# The values are judged by the C++ judge (_core.v41_judge_values: any NaN or one-sided infinity fails before a
+# budget) and, for the last row's top-1, by the gate itself.
+NONFINITE = ["nan", "inf"]
+
+
+def _planted(logits, row, col, value):
+    logits = np.array(logits, dtype=np.float64)
+    logits[row, col] = float(value)
+    return logits
+
+
+class SpecialInBlock(LayerOnly):
+    """Layer 0's output streams with one element NaN or infinite."""
+
+    def __init__(self, inner, value):
+        super().__init__(inner)
+        self.value = value
+
+    def layer(self, layer, streams, pre_mix, tokens, shared):
+        o = self.inner.layer(layer, streams, pre_mix, tokens, shared)
+        if layer != 0:
+            return o
+        out = np.array(o.out, dtype=np.float64)
+        out[0, 0, 0] = float(self.value)
+        return {"out": out, "ffn_pre": o.ffn_pre}
+
+
+@pytest.mark.parametrize("value", NONFINITE)
+def test_a_nan_or_inf_in_a_teacher_forced_tensor_fails_it(value, checkpoints):
+    rep = v41.gate(SpecialInBlock(v41.ReferenceEngine(), value), [golden("tiny-fp8-n5.h5")], checkpoints=checkpoints,
+                   quiet=True)
+    f = rep.first_failure
+    assert f is not None and (f.pass_, f.layer, f.kind) == ("teacher forced", 0, "out"), str(rep)
+    assert f"ours {value} official" in f.failure + f.where, f.line()  # the element named, its value shown
+
+
+class SpecialInPrefill(PrefillOnly):
+    """The prefill's logits with one value NaN or infinite, at (row, the official runner-up's column of that row)."""
+
+    def __init__(self, inner, value, row):
+        super().__init__(inner)
+        self.value, self.row = value, row
+
+    def prefill(self, tokens):
+        p = self.inner.prefill(tokens)
+        col = int(np.argsort(np.asarray(p.logits)[self.row])[-2])
+        return v41.Prefill(logits=_planted(p.logits, self.row, col, self.value), first_row=p.first_row)
+
+
+@pytest.mark.parametrize("value", NONFINITE)
+def test_a_nan_or_inf_in_the_end_to_end_logits_fails_them(value, checkpoints):
+    rep = v41.gate(SpecialInPrefill(v41.ReferenceEngine(), value, 0), [golden("tiny-fp8-n5.h5")],
+                   checkpoints=checkpoints, quiet=True)
+    bad = [v for v in rep.failures if v.kind == "logits (end to end)"]
+    assert bad and f"ours {value} official" in bad[0].failure, str(rep)
+    assert not rep.passed
+
+
+@pytest.mark.parametrize("value", NONFINITE)
+def test_a_nan_or_inf_in_the_last_row_is_no_top1_near_tie(value, checkpoints):
+    """The planted value sits at the official runner-up's column, so np.argmax picks it (a NaN, or +inf) as the
+    top-1: a flip that a margin bound of 1 (every finite flip excused) would wave through as a near-tie."""
+    rep = v41.gate(SpecialInPrefill(v41.ReferenceEngine(), value, -1), [golden("tiny-fp8-n5.h5")],
+                   checkpoints=checkpoints, policy=v41.Policy(top1_margin=1.0), quiet=True)
+    top1 = [v for v in rep.verdicts if v.kind == "top-1 (last row)"]
+    assert len(top1) == 1 and not top1[0].ok, str(rep)
+    assert value in top1[0].failure.lower() and not rep.near_ties, top1[0].line()
+    assert not rep.passed
+
+
+class SpecialInDecode(PrefillOnly):
+    """Decodes as the reference does, the third step's logits with one value NaN or infinite."""
+    capabilities = frozenset({"prefill", "decode"})
+
+    def __init__(self, inner, value):
+        super().__init__(inner)
+        self.value, self.step = value, 0
+
+    def prefill(self, tokens):
+        self.step = 0
+        return self.inner.prefill(tokens)
+
+    def decode(self, token):
+        self.step += 1
+        logits = np.asarray(self.inner.decode(token), np.float64)
+        return _planted(logits[None, :], 0, 0, self.value)[0] if self.step == 3 else logits
+
+
+@pytest.mark.parametrize("value", NONFINITE)
+def test_a_nan_or_inf_in_a_decode_steps_logits_fails_that_step(value, checkpoints):
+    rep = v41.gate(SpecialInDecode(v41.ReferenceEngine(), value), [golden("tiny-fp8-n13-d8.h5")],
+                   checkpoints=checkpoints, quiet=True)
+    steps = [v for v in rep.verdicts if v.kind == "decode logits (end to end)"]
+    assert len(steps) >= 3 and [v.ok for v in steps[:3]] == [True, True, False], str(rep)
+    assert f"ours {value} official" in steps[2].failure and not rep.passed, str(rep)

@@ -116,3 +116,64 @@ def test_the_kl_statistics_are_the_plain_numpy_ones(checkpoint):
     assert rep.kl["max"] == pytest.approx(max(kls), rel=1e-9) and rep.kl["max"] > 0
     for key, q in (("p50", 0.5), ("p99", 0.99), ("p999", 0.999)):
         assert rep.kl[key] == pytest.approx(rank(q), rel=1e-9, abs=1e-15), key
+
+
+# --- Issue 35: the divergent step is in the KL statistics; a NaN or an infinity is never a pass. ---
+
+
+def swap_top2_and_sharpen(logits):
+    """The step's top-1 and top-2 swapped and the row sharpened: the engine picks the runner-up (within the top-5,
+    so the greedy rule passes) with a KL from the reference far above any rounding."""
+    order = np.argsort(-logits)
+    out = logits.copy()
+    out[order[0]], out[order[1]] = logits[order[1]], logits[order[0]]
+    return out * 3.0
+
+
+def _kl(r, t):
+    lp, lq = r - np.logaddexp.reduce(r), t - np.logaddexp.reduce(t)
+    return max(float(np.sum(np.exp(lp) * (lp - lq))), 0.0)
+
+
+def test_the_kl_statistics_include_the_divergent_step(checkpoint):
+    """Steps 0 and 1 agree bit for bit (KL 0); step 2 diverges. Its context was still shared, so its KL counts, and
+    it is the largest: 3 positions, the max at position 2 and equal to the KL computed here."""
+    rep = v41.generation(Steered(2, swap_top2_and_sharpen), checkpoint=checkpoint, prompts=1, steps=4, quiet=True)
+    assert rep.passed and rep.divergences[0]["step"] == 2, str(rep)
+    ref = v41.ReferenceEngine()
+    ref.load(checkpoint)
+    logits = [ref.prefill(v41._core.v41_tokens(checkpoint, 16, 1000)).logits[-1]]
+    for _ in range(2):
+        logits.append(np.asarray(ref.decode(int(np.argmax(logits[-1])))))
+    kl2 = _kl(logits[2], swap_top2_and_sharpen(logits[2]))
+    assert kl2 > 0.1
+    assert rep.kl["count"] == 3, rep.kl
+    assert rep.kl["max"] == pytest.approx(kl2, rel=1e-9) and rep.kl["max_row"] == 2, rep.kl
+    assert rep.kl["mean"] == pytest.approx(kl2 / 3, rel=1e-9), rep.kl
+
+
+def special_at_top1(value):
+    """One logit NaN or infinite at the step's own top-1 column: np.argmax still picks that column, so the tokens
+    stay the reference's and the greedy rule alone sees no divergence."""
+    def plant(logits):
+        logits = logits.copy()
+        logits[int(np.argmax(logits))] = float(value)
+        return logits
+    return plant
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+@pytest.mark.parametrize("at_step", [2, 3], ids=["shared context", "after a divergence"])
+def test_a_nan_or_inf_in_the_engines_logits_fails_generation(value, at_step, checkpoint):
+    """Wherever it appears: at a step both sides saw the same context, or after the tokens parted (step 2 diverges
+    there, and the greedy rule and the KL look no further)."""
+    plants = {2: special_at_top1(value)} if at_step == 2 else {2: swap_top2_and_sharpen, 3: special_at_top1(value)}
+
+    class Planted(Steered):
+        def decode(self, token):
+            self.step += 1
+            logits = np.array(self.inner.decode(token))
+            return plants[self.step](logits) if self.step in plants else logits
+    rep = v41.generation(Planted(0, None), checkpoint=checkpoint, prompts=1, steps=5, quiet=True)
+    assert not rep.passed and not rep, str(rep)
+    assert any(f"step {at_step}" in f and value in f for f in rep.failures), rep.failures

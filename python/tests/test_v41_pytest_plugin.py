@@ -37,6 +37,10 @@ class Diverging(v41.ReferenceEngine):
 
 def make_diverging():
     return Diverging()
+
+
+def make_bf16():
+    return v41.ReferenceEngine("bf16")
 '''
 SUITE = "from ced.v41.testsuite import *\n"
 
@@ -84,3 +88,20 @@ def test_a_malformed_engine_option_is_a_usage_error(port):
     r = port.runpytest("--ced-engine", "myport", "-q", "-p", "no:cacheprovider")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
     r.stderr.fnmatch_lines(["*--ced-engine myport: want MODULE:FACTORY*"])
+
+
+@pytest.mark.parametrize("factory,regime", [("make", "release"), ("make_bf16", "bf16")])
+def test_an_engine_is_handed_only_the_golden_files_of_its_own_regime(factory, regime, port):
+    """A bf16 port judged against the official fp8 runs would fail for numerics it never claimed (and a release port
+    judged against bf16 runs would pass a regime it does not compute): test_gate is parametrized over exactly the
+    golden files of the engine's regime."""
+    import ced.v41 as v41
+    r = port.runpytest("--ced-engine", f"myport:{factory}", "--collect-only", "-q", "-k", "test_gate",
+                       "-p", "no:cacheprovider")
+    assert r.ret == pytest.ExitCode.OK, r.stdout.str()
+    ids = sorted(line.split("[", 1)[1].rstrip("]") for line in r.stdout.lines
+                 if line.startswith("test_ced.py::test_gate["))
+    expected = sorted(f.name for f in v41.golden_files(regime))
+    tag = {"release": "-fp8-", "bf16": "-bf16-"}[regime]
+    assert expected and all(tag in name for name in expected), expected
+    assert ids == expected, r.stdout.str()

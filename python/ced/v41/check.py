@@ -68,6 +68,10 @@ def _same(a: np.ndarray, b: np.ndarray, bitwise: bool, policy: CheckPolicy, what
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     if a.shape != b.shape:
         return f"{what}: shapes {a.shape} and {b.shape}"
+    nan = np.argwhere(np.isnan(a) | np.isnan(b))
+    if nan.size:  # NaN agrees with nothing, itself included: the same NaN bits on both sides are no pass
+        r, c = nan[0]
+        return f"{what}: {len(nan)} values are NaN, the first at row {r} column {c} ({a[r, c]:.9g} vs {b[r, c]:.9g})"
     diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
     if bitwise:
         if np.array_equal(a.view(np.uint32), b.view(np.uint32)):

@@ -215,6 +215,15 @@ class _Judge:
     def top1(self, ours: np.ndarray, official: np.ndarray) -> None:
         """The last row's top-1, a flip excused only below the policy's margin (the margin printed)."""
         o, r = ours[-1], official[-1]
+        special = np.flatnonzero(~np.isfinite(o))
+        if special.size:  # no rank, no margin: np.argmax would take a NaN for the top-1, and a margin might excuse it
+            c = int(special[0])
+            why = (f"{special.size} logits of the last row are NaN or infinite, the first {float(o[c])!r} at "
+                   f"column {c}: no top-1")
+            self.verdicts.append(Verdict(file=self.run.name, pass_=self.pass_, layer=-1, kind="top-1 (last row)",
+                                         ok=False, failure=why, where=f"position {official.shape[0] - 1}",
+                                         max_ulp16=0.0, bitwise=0.0, budget="policy top1_margin"))
+            return
         a, b = int(np.argmax(o)), int(np.argmax(r))
         top2 = np.sort(r)[-2:]
         margin, scale = float(top2[1] - top2[0]), float(np.max(np.abs(r)))

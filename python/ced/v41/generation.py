@@ -30,10 +30,12 @@ class GenerationReport:
     kl: dict = field(default_factory=dict)            # the per-position KL distribution
     kl_bound: Optional[tuple] = None                  # (quantile key, bound) the policy gates, or None
     not_supported: str = ""
+    special: list = field(default_factory=list)       # "prompt P step S: ..." where the engine's logits are not finite
 
     @property
     def failures(self) -> list:
         bad = [f"prompt {i}: {_divergence(d)}" for i, d in enumerate(self.divergences) if not d["passed"]]
+        bad += self.special
         if self.kl_bound and self.kl and self.kl[self.kl_bound[0]] > self.kl_bound[1]:
             bad.append(f"KL {self.kl_bound[0]} {self.kl[self.kl_bound[0]]:.3g} > {self.kl_bound[1]:.3g}")
         return bad
@@ -104,6 +106,11 @@ def generation(engine: Any, config: str = "v41-tiny", prompts: int = 4, prompt_l
         prompt = _core.v41_tokens(str(folder), prompt_len, 1000 + p)
         ta, la = _greedy(reference, prompt, steps)
         tb, lb = _greedy(engine, prompt, steps)
+        for s, row in enumerate(lb):  # at any step, shared context or not: the rule and the KL see only some
+            bad = np.flatnonzero(~np.isfinite(row))
+            if bad.size:
+                rep.special.append(f"prompt {p} step {s}: {bad.size} of the engine's logits are NaN or infinite, "
+                                   f"the first {float(row[bad[0]])!r} at token {int(bad[0])}")
         d = dict(_core.greedy_divergence(np.array(ta), np.array(la), np.array(tb), np.array(lb), top_n))
         rep.divergences.append(d)
         pairs.append((np.array(ta), np.array(tb)))
