@@ -15,30 +15,14 @@
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/forward.hpp"
 #include "tools/common.hpp"
+#include "tools/v41_cache_hit.hpp"
 #include "tools/v41_commands.hpp"
 #include "tools/v41_study.hpp"
 
 namespace ced::tools {
-namespace {
+namespace cache_hit {
 
-// One resume of one prompt against its cold run.
-struct Sample {
-  std::string mode, rule;
-  uint64_t token_seed = 0;
-  int64_t H = 0, K = 0, hit = 0, start = 0;
-  bool claims_exact = false;  // every row rebuilt: the cold run's bits
-  double kl = 0, rel_l2 = 0, step_kl = 0;
-  bool top1 = false, bitwise = false, step_bitwise = false, finite = false;
-  bool ok() const { return finite && (!claims_exact || (bitwise && step_bitwise)); }
-};
-
-// The samples of one (mode, H, rule, K) over the token seeds.
-struct Row {
-  const Sample* first = nullptr;
-  int64_t n = 0, bitwise = 0, top1 = 0, step_bitwise = 0;
-  double kl_median = 0, kl_worst = 0, step_kl_median = 0;
-  bool ok = true;
-};
+bool Sample::ok() const { return finite && (!claims_exact || (bitwise && step_bitwise)); }
 
 std::vector<Row> aggregate(const std::vector<Sample>& samples) {
   std::vector<Row> rows;
@@ -66,6 +50,12 @@ std::vector<Row> aggregate(const std::vector<Sample>& samples) {
   }
   return rows;
 }
+
+}  // namespace cache_hit
+namespace {
+
+using cache_hit::Row;
+using cache_hit::Sample;
 
 // The hits of the sweep: the window's edges, the odd and even boundaries past it (none a multiple
 // of the candidate block), each below N - 1 (a hit leaves the prompt's last token to compute).

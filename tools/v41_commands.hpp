@@ -99,6 +99,10 @@ int cache_hit_v41(const V41CacheHitOptions& o);
 void verify_v41(const std::string& config, const std::string& golden_dir, bool skip_drift,
                 std::vector<std::string>& failures);
 
+// Its golden gate alone (docs/v41.md §12.3): every golden file of the folder against our reference, one
+// line each; a folder with no golden file (missing or empty) is a failure naming it, never a pass.
+void verify_v41_golden(const std::string& golden_dir, std::vector<std::string>& failures);
+
 // A v41 config named by --config: a built-in or a config file (InputError).
 v41::V41Config v41_config_named(const std::string& arg);
 

@@ -117,6 +117,10 @@ void drift(const v41::V41Config& c, std::vector<std::string>& failures) {
 
 }  // namespace
 
+void verify_v41_golden(const std::string& golden_dir, std::vector<std::string>& failures) {
+  golden_gate(golden_dir, failures);
+}
+
 void verify_v41(const std::string& config, const std::string& golden_dir, bool skip_drift,
                 std::vector<std::string>& failures) {
   const v41::V41Config c = v41_config_named(config);

@@ -223,6 +223,19 @@ TEST(VerifyCommand, PassesOnTinyWithEveryCheckOkAndGatesOnlyDeviceBackendsAsCuda
   }
 }
 
+// A gate that reran nothing has not passed: a folder with the policies but no golden file is refused in one
+// line (exit 2) that says what is missing, no .h5 file, and where; without that refusal the later guard of
+// a gate of 0 runs would say that the folder's .h5 files hold no run. The lab section of `ced verify` runs
+// this gate.
+TEST(GateCommand, AFolderWithItsPoliciesButNoGoldenFileIsRefusedForHavingNoH5File) {
+  const fs::path dir = scratch() / "golden-none";
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(golden::default_golden_dir()))
+    if (e.path().extension() == ".toml")
+      fs::copy_file(e.path(), dir / e.path().filename(), fs::copy_options::overwrite_existing);
+  expect_usage_error("gate --golden " + dir.string(), "no .h5 files in '" + dir.string() + "'");
+}
+
 TEST(BenchCommand, PrintsEachPhaseAndTheOracleRatio) {
   const Config c = load_config("tiny");
   const Plan p = make_plan(c);

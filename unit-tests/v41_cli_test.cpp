@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 
 #include "model/error.hpp"
@@ -351,6 +353,57 @@ TEST(V41Cli, TheReplayBudgetWritesItsPageAndTablesAndIsExactFromTheSpanOn) {
   EXPECT_NE(md.find("| release | 60 | sglang | 16 |"), std::string::npos) << md;
   expect_refused("replay-budget --config v41-tiny --tokens 60 --convention chiro --out " + out.string(),
                  "replay convention 'chiro'");
+}
+
+// The CSV rows of `ced replay-budget` (regime,N,convention,K,samples,kl_median,kl_worst,top1,...) as cells.
+std::vector<std::vector<std::string>> csv_rows(const fs::path& f) {
+  std::ifstream in(f);
+  std::string line;
+  std::vector<std::vector<std::string>> rows;
+  std::getline(in, line);  // the header
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+// The headline's "K for KL < 1e-6" of a convention: the page's smallest K at which every sample's top-1
+// agreed and the median KL was below 1e-6, checked against that rule applied to the CSV's rows. On v41-tiny
+// at N = 60, sglang agrees at 46, 50 and 55 (bitwise from its span 46 on), so naming the largest would be
+// seen, and at 16 and 31 its top-1 agrees with a KL above 1e-6, so dropping the KL bound would be seen too;
+// ascend (span 91, past N) agrees at none, though its top-1 does from 31 on: its headline names none.
+TEST(V41Cli, TheReplayBudgetHeadlineNamesTheSmallestAgreeingKAndNoneWhereNoKMeasuredAgrees) {
+  const fs::path out = scratch() / "headline";
+  const test::Result r = ced("replay-budget --config v41-tiny --tokens 60 --token-seeds 1 --regime release "
+                             "--convention sglang ascend --replay 16 31 46 50 55 --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  std::map<std::string, std::vector<int64_t>> agreeing, top1_only;
+  for (const auto& c : csv_rows(out.string() + ".csv")) {
+    ASSERT_GE(c.size(), 8u);
+    const bool top1 = std::stod(c[7]) == 1.0, kl = std::stod(c[5]) < 1e-6;
+    if (top1 && kl) agreeing[c[2]].push_back(std::stoll(c[3]));
+    else if (top1) top1_only[c[2]].push_back(std::stoll(c[3]));
+  }
+  ASSERT_EQ(agreeing["sglang"], (std::vector<int64_t>{46, 50, 55}));
+  ASSERT_EQ(top1_only["sglang"], (std::vector<int64_t>{16, 31}));
+  ASSERT_TRUE(agreeing["ascend"].empty());
+  ASSERT_FALSE(top1_only["ascend"].empty());
+  std::ifstream page(out.string() + ".md");
+  const std::string md((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+  // | regime | N | convention | bounded K | median KL | worst KL | top-1 | FLOP ratio | K for KL < 1e-6 | ...
+  auto named = [&](const std::string& conv) {
+    const size_t at = md.find("| release | 60 | " + conv + " | 16 |");
+    if (at == std::string::npos) return std::string("(no headline row)");
+    std::stringstream row(md.substr(at, md.find('\n', at) - at));
+    std::string cell;
+    for (int i = 0; i < 10; ++i) std::getline(row, cell, '|');
+    return cell.substr(1, cell.size() - 2);
+  };
+  EXPECT_EQ(named("sglang"), "46") << md;
+  EXPECT_EQ(named("ascend"), "none below N") << md;
 }
 
 // The columns of a samples CSV but the measured time ratio (the last), which carries the machine's noise.

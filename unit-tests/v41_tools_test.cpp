@@ -1,0 +1,136 @@
+// The verdicts of the v41 commands that no cheap run of the `ced` binary can reach (issue 35): `ced verify`'s
+// golden gate on a folder that holds no golden file (the command would first run its whole property suite),
+// and `ced cache-hit`'s verdict on samples the reference does not give on demand (a claim whose decode step
+// alone differs, a token seed that fails before one that passes). Called in the library the commands run
+// (ced_tools), so what they hold is what `ced` prints and exits on.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tools/v41_cache_hit.hpp"
+#include "tools/v41_commands.hpp"
+
+namespace fs = std::filesystem;
+using ced::tools::cache_hit::aggregate;
+using ced::tools::cache_hit::Row;
+using ced::tools::cache_hit::Sample;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("ced-v41-tools-test-" + std::to_string(::getpid())) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+bool names(const std::vector<std::string>& failures, const std::string& what) {
+  for (const std::string& f : failures)
+    if (f.find(what) != std::string::npos) return true;
+  return false;
+}
+
+// A resume of mode sglang, hit 16, rule trtllm, K 16 (a hit of W: every row rebuilt, so the rule claims the
+// cold run) that holds its claim: finite, its last logits and its next decode step the cold run's bits.
+Sample exact_claim_held(uint64_t token_seed) {
+  Sample s;
+  s.mode = "sglang";
+  s.rule = "trtllm";
+  s.token_seed = token_seed;
+  s.H = s.K = s.hit = 16;
+  s.start = 0;
+  s.claims_exact = true;
+  s.top1 = s.bitwise = s.step_bitwise = s.finite = true;
+  return s;
+}
+
+}  // namespace
+
+// A gate that compared nothing has not passed: the folder `--golden-v41` names exists but holds no .h5 file
+// (only a note beside them), and the failure names it so the user sees which folder was empty.
+TEST(V41VerifyGolden, AFolderWithNoGoldenFileIsAFailureNamingTheFolder) {
+  const fs::path empty = scratch("empty");
+  std::ofstream(empty / "README.md") << "not a golden file\n";
+  std::vector<std::string> failures;
+  ced::tools::verify_v41_golden(empty.string(), failures);
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_TRUE(names(failures, "no golden file in " + empty.string())) << failures[0];
+  failures.clear();
+  ced::tools::verify_v41_golden((empty / "missing").string(), failures);
+  EXPECT_TRUE(names(failures, "no golden file in " + (empty / "missing").string()));
+}
+
+// The other side of the one above: a folder with one golden file of the official code is gated and passes,
+// so the refusal is the empty folder's alone (tiny-bf16-n1.h5, the cheapest file: half a second).
+TEST(V41VerifyGolden, AFolderWithOneGoldenFileIsGatedAndPasses) {
+  const fs::path one = scratch("one");
+  fs::copy_file(fs::path(CED_V41_GOLDEN_DIR) / "tiny-bf16-n1.h5", one / "tiny-bf16-n1.h5");
+  std::vector<std::string> failures;
+  testing::internal::CaptureStdout();
+  ced::tools::verify_v41_golden(one.string(), failures);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(failures.empty()) << failures[0];
+  EXPECT_NE(out.find("ok   golden       tiny-bf16-n1.h5 ("), std::string::npos) << out;
+}
+
+// A row is every token seed's verdict: the first seed's failed claim is not washed out by the last seed's
+// pass, nor a middle one's by the seeds around it. Rows of other (mode, H, rule, K) keys interleaved keep
+// their own verdicts.
+TEST(V41CacheHitRows, ARowFailsWhenAnySeedFailedNotOnlyTheLast) {
+  std::vector<Sample> samples;
+  Sample failed = exact_claim_held(0);
+  failed.bitwise = false;
+  samples.push_back(failed);
+  Sample other = exact_claim_held(0);
+  other.H = other.hit = 15;
+  samples.push_back(other);
+  samples.push_back(exact_claim_held(1));
+  other.token_seed = 1;
+  samples.push_back(other);
+  // A third key whose middle seed failed.
+  for (uint64_t seed : {0, 1, 2}) {
+    Sample s = exact_claim_held(seed);
+    s.rule = "vllm";
+    s.bitwise = seed != 1;
+    samples.push_back(s);
+  }
+  const std::vector<Row> rows = aggregate(samples);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].first->H, 16);
+  EXPECT_EQ(rows[0].n, 2);
+  EXPECT_EQ(rows[0].bitwise, 1);
+  EXPECT_FALSE(rows[0].ok) << "seed 0 failed its claim, seed 1 held it";
+  EXPECT_EQ(rows[1].first->H, 15);
+  EXPECT_TRUE(rows[1].ok) << "both seeds held the claim";
+  EXPECT_EQ(rows[2].first->rule, "vllm");
+  EXPECT_EQ(rows[2].n, 3);
+  EXPECT_EQ(rows[2].bitwise, 2);
+  EXPECT_FALSE(rows[2].ok) << "seed 1 of 3 failed its claim";
+}
+
+// A rule that claims the cold run claims its next decode step too: last logits bitwise with a step that
+// differs is a failed claim. Where the rule claims nothing (the window rebuilt from H - K) neither bit is
+// asked, only finite values.
+TEST(V41CacheHitRows, AnExactClaimFailsWhenOnlyItsDecodeStepDiffers) {
+  Sample s = exact_claim_held(0);
+  EXPECT_TRUE(s.ok());
+  s.step_bitwise = false;
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(aggregate({s})[0].ok);
+  s.step_bitwise = true;
+  s.bitwise = false;
+  EXPECT_FALSE(s.ok());
+  Sample measured = exact_claim_held(0);
+  measured.H = measured.hit = 51;
+  measured.start = 34;
+  measured.claims_exact = false;
+  measured.bitwise = measured.step_bitwise = false;
+  EXPECT_TRUE(measured.ok());
+  EXPECT_TRUE(aggregate({measured})[0].ok);
+  measured.finite = false;
+  EXPECT_FALSE(measured.ok());
+}
