@@ -1,9 +1,10 @@
 // docs/v41.md §13.6: the CED fault × check matrix on v41-tiny. Each planted fault is a bug a port had in
 // its replay (a ring seeded at the tail's row index, a window floor compared with row indices, the cut
-// layer's floor the wrong way round, a resume's window rebuilt from H - W + 1). Every cell is asserted:
-// the clean model passes every check, each fault fails the check named for it, and each other check
-// passes or fails as written below, with the reason for every other check that also sees the fault. A check that starts or stops seeing a fault is a change
-// of the matrix, not noise. The matrix is printed whole, with the reason of each FAIL.
+// layer's floor the wrong way round, a resume's window rebuilt from H - W + 1), or a tail right in every
+// span but one ulp off in its bits. Every cell is asserted: the clean model passes every check, each
+// fault fails the check named for it, and each other check passes or fails as written below, with the
+// reason for every other check that also sees the fault. A check that starts or stops seeing a fault is
+// a change of the matrix, not noise. The matrix is printed whole, with the reason of each FAIL.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,14 +33,14 @@ const V41EngramHashing& hashing() {
 // The columns, in v41_ced_checks()' order (asserted, so that a reordered suite is not read as a changed
 // matrix).
 const char* const kChecks[] = {
-    "every row replayed is the prefill",
-    "bounded = prefill when N <= W",
-    "spans found are the plan's, bitwise at them",
-    "vllm keeps layer E's tail exact",
-    "decode after ced of the decode span is the prefill's",
-    "source-only write = the prefill's cache",
-    "resume after a hit of at most W is the cold run",
-    "encoder replay span found is the plan's, bitwise at it",
+    "every row replayed is the prefill",  // every
+    "bounded = prefill when N <= W",  // bounded
+    "spans found are the plan's, bitwise at them",  // spans
+    "vllm keeps layer E's tail exact",  // vllmE
+    "decode after ced of the decode span is the prefill's",  // decode
+    "source-only write = the prefill's cache",  // source
+    "resume after a hit of at most W is the cold run",  // resume
+    "encoder replay span found is the plan's, bitwise at it",  // encoder
 };
 constexpr size_t kColumns = std::size(kChecks);
 
@@ -57,22 +58,30 @@ TEST(V41CedFaults, EveryCellOfTheFaultByCheckMatrixIsTheExpectedPassOrFail) {
   // The numbers quoted are seed 41's (the default); CED_SEED=7 gives the same cells.
   // clang-format off
   const std::vector<Row> rows = {
-      //                                                                 every  bounded spans  vllmE  decode source resume encoder
-      {V41Fault::none, nullptr,                                         {pass,  pass,   pass,  pass,  pass,  pass,  pass,  pass}},
+      // The cells in kChecks' order: every, bounded, spans, vllmE, decode, source, resume, encoder.
+      {V41Fault::none, nullptr,                       {pass, pass, pass, pass, pass, pass, pass, pass}},
       // spans: the decode probe's step after each ced prefill reads the misplaced ring, so the decode
       // span found is a row longer than the plan's (sglang 46, plan 45).
-      {V41Fault::ced_ring_slot_of_row, kChecks[4],                      {pass,  pass,   FAIL,  pass,  FAIL,  pass,  pass,  pass}},
+      {V41Fault::ced_ring_slot_of_row, kChecks[4],    {pass, pass, FAIL, pass, FAIL, pass, pass, pass}},
       // decode: the tail of the decode span is floored at the wrong positions too. encoder: a resume's
       // recomputed rows start at a position F > 0 and the fault floors their windows at row index 0,
       // not at F (the span found is 15, plan 45, and not bitwise).
-      {V41Fault::ced_floor_on_row_index, kChecks[2],                    {pass,  pass,   FAIL,  pass,  FAIL,  pass,  pass,  FAIL}},
+      {V41Fault::ced_floor_on_row_index, kChecks[2],  {pass, pass, FAIL, pass, FAIL, pass, pass, FAIL}},
       // spans and decode: a flipped cut floor moves each convention's exact spans by W - 1 = 15 (one
       // floored layer fewer or more), so the plan's are no longer found (sglang 31 / 30, plan 46 / 45)
       // nor exact (vllm's step after a prefill of its 30 rows).
-      {V41Fault::ced_cut_floor_flipped, kChecks[3],                     {pass,  pass,   FAIL,  FAIL,  FAIL,  pass,  pass,  pass}},
+      {V41Fault::ced_cut_floor_flipped, kChecks[3],   {pass, pass, FAIL, FAIL, FAIL, pass, pass, pass}},
       // encoder: its search resumes through the same rebuild, one row short, so the span found is one
       // longer than the plan's (46, plan 45).
-      {V41Fault::resume_start_off_by_one, kChecks[6],                   {pass,  pass,   pass,  pass,  pass,  pass,  FAIL,  FAIL}},
+      {V41Fault::resume_start_off_by_one, kChecks[6], {pass, pass, pass, pass, pass, pass, FAIL, FAIL}},
+      // The spans found are the plan's (46 / 45); what fails is each bitwise clause that compares a tail
+      // (rows dropped) with the prefill: spans (the last logits at the probe's K, "not bitwise at it")
+      // and vllmE (layer E's tail rows). The others cannot see it: every and bounded replay every row
+      // (no tail: their run is the prefill, and spans takes it as its reference); decode compares the
+      // step after the tail, not the tail's outputs, and the caches it reads come out the same (in the
+      // release regime the next layer's fp32 operations round a one-ulp-of-double move away); resume
+      // compares two tails that both carry it; encoder and source run no ced tail.
+      {V41Fault::ced_replayed_row_ulp, kChecks[2],    {pass, pass, FAIL, FAIL, pass, pass, pass, pass}},
   };
   // clang-format on
   const auto& checks = v41_ced_checks();
@@ -111,4 +120,11 @@ TEST(V41CedFaults, EveryCellOfTheFaultByCheckMatrixIsTheExpectedPassOrFail) {
   }
   for (const std::string& s : reasons) std::printf("  %s\n", s.c_str());
   m.set_fault(V41Fault::none);
+}
+
+// Other tools and tests name the fault by its string (`--fault`, the Python binding): the name is stable and
+// reads back to the fault.
+TEST(V41CedFaults, TheReplayedRowUlpFaultIsNamedCedReplayedRowUlpBothWays) {
+  EXPECT_EQ(v41_fault_names()[static_cast<size_t>(V41Fault::ced_replayed_row_ulp)], "ced-replayed-row-ulp");
+  EXPECT_EQ(v41_fault_from_name("ced-replayed-row-ulp"), V41Fault::ced_replayed_row_ulp);
 }
