@@ -105,6 +105,18 @@ TEST(Validation, NamesTheOffendingKey) {
   EXPECT_NE(error_of(c).find("rms_eps"), std::string::npos);
 }
 
+// A repeated source layer breaks "sorted without duplicates" and is refused naming its list. Each repeat is
+// one every other rule accepts (layer 1 and E = 4 still kv sources, every kv source an index source), so a
+// check weakened to "sorted" lets it through.
+TEST(Validation, ARepeatedSourceLayerIsRefusedNamingItsList) {
+  Config c = builtin_config("tiny");
+  c.kv_source_layers = {1, 1, 4};
+  EXPECT_EQ(error_of(c), "config: kv_source_layers: must be sorted without duplicates");
+  c = builtin_config("tiny");
+  c.index_source_layers = {1, 2, 2, 4, 6};
+  EXPECT_EQ(error_of(c), "config: index_source_layers: must be sorted without duplicates");
+}
+
 // The expert count's bounds name both numbers, each in its place: the number of routed experts is the bound,
 // the number of active ones what was given (a message with the two swapped reads as a different config).
 TEST(Validation, ActiveExpertsMessageGivesTheRoutedCountAsTheBoundAndTheActiveCountAsGiven) {

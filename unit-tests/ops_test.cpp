@@ -79,6 +79,47 @@ TEST(RmsNorm, RowsPastTheParallelThresholdGetTheSequentialSumsBitsOnOneTwoAndThr
   expect_sequential_rmsnorm_on_every_thread_count<double>();
 }
 
+// Rows each at least kParallelElements wide. The test above reaches rmsnorm_rows' region with rows of
+// 8197, where a sum of squares split over a row's columns only for wide rows (a region of its own,
+// `if (n >= kParallelElements)`, on rmsnorm()'s loop or on a group's) never opens; here it would.
+// rmsnorm() on one wide row called outside any parallel region (as the engine calls it for the
+// compressor's norms when its position loop stays closed: inside an open region a nested one gets one
+// thread), and rmsnorm_rows on 1, 3 and 9 wide rows (the single-row path alone, then a group of eight and
+// one more), at 1, 2 and 3 threads set here (the CI machine has 2 cores: nproc would give 2), each
+// bitwise against the sequential sum, i ascending from 0, written out above.
+template <class T>
+void expect_sequential_rmsnorm_of_wide_rows_on_every_thread_count() {
+  const int64_t n = kParallelElements + 5;  // odd: no even split of the columns
+  Mat<T> X(9, n);
+  Vec<T> w(n);
+  for (int64_t r = 0; r < X.rows(); ++r)
+    for (int64_t i = 0; i < n; ++i)
+      X(r, i) = T(std::ldexp(std::sin(double(r * n + i) * 0.7), int((i * 7 + r) % 41) - 20));
+  for (int64_t i = 0; i < n; ++i) w(i) = T(1 + std::cos(double(i)) / 2);
+  const T eps = T(1e-6);
+  const int saved = omp_get_max_threads();
+  for (int64_t rows : {1, 3, 9}) {
+    const Mat<T> Xr = X.topRows(rows);
+    const Mat<T> want = sequential_rmsnorm(Xr, w, eps);
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      EXPECT_EQ(bit_differences(rmsnorm_rows(Xr, w, eps), want), 0) << rows << " rows of " << n << " on " << threads
+                                                                     << " threads";
+      if (rows == 1) {
+        Mat<T> one(1, n);
+        rmsnorm(Xr.data(), w.data(), n, eps, one.data());
+        EXPECT_EQ(bit_differences(one, want), 0) << "rmsnorm() of a row of " << n << " on " << threads << " threads";
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST(RmsNorm, RowsEachWiderThanTheParallelThresholdGetTheSequentialSumsBitsOnOneTwoAndThreeThreads) {
+  expect_sequential_rmsnorm_of_wide_rows_on_every_thread_count<float>();
+  expect_sequential_rmsnorm_of_wide_rows_on_every_thread_count<double>();
+}
+
 TEST(Rope, RotatesOnlyTheLastRopeDimPairs) {
   double v[6] = {1, 2, 1, 0, 0, 1};
   rope(v, 6, 4, 10000.0, 3);

@@ -1,5 +1,7 @@
 // docs/v41.md §4-§7: the v41 config files (both of the release's), the built-ins, every validation
 // rule's message, and the layer plan against the release's schedule and the tiny one by hand.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -358,6 +360,36 @@ TEST(V41ConfigFiles, NoYarnIsRopeScalingNullAndTheCrossCheckIgnoresItsFields) {
   EXPECT_TRUE(v41_config_disagreements(c, hf).empty());
 }
 
+// YaRN in one file only. The cross-check skips the rope_scaling fields only when neither file has YaRN
+// (a null rope_scaling leaves them at the ModelArgs defaults); one file with it and one without disagree
+// on original_seq_len, whichever of the two has it. Both configs read back from the writers' files.
+TEST(V41ConfigFiles, YarnInOneFileOnlyIsADisagreementWhicheverFileHasIt) {
+  const V41Config yarn = named(v41_builtin_config("v41-tiny"), "x");
+  ASSERT_EQ(yarn.original_seq_len, 32);
+  V41Config plain = yarn;
+  plain.original_seq_len = 0;
+  const V41Config hf_yarn = parse_v41_hf_json(write_v41_hf_json(yarn), "x");
+  const V41Config hf_plain = parse_v41_hf_json(write_v41_hf_json(plain), "x");
+  const V41Config flat_yarn = parse_v41_flat_json(write_v41_flat_json(yarn), "x");
+  const V41Config flat_plain = parse_v41_flat_json(write_v41_flat_json(plain), "x");
+  auto has = [](const std::vector<std::string>& d, const std::string& line) {
+    return std::find(d.begin(), d.end(), line) != d.end();
+  };
+  // YaRN only in inference/config.json.
+  const auto only_flat = v41_config_disagreements(flat_yarn, hf_plain);
+  EXPECT_TRUE(has(only_flat, "original_seq_len (config.json text_config.rope_scaling.original_max_position_embeddings "
+                             "= 0, inference/config.json original_seq_len = 32)"))
+      << fmt::format("{}", fmt::join(only_flat, "; "));
+  // YaRN only in config.json.
+  const auto only_hf = v41_config_disagreements(flat_plain, hf_yarn);
+  EXPECT_TRUE(has(only_hf, "original_seq_len (config.json text_config.rope_scaling.original_max_position_embeddings "
+                           "= 32, inference/config.json original_seq_len = 0)"))
+      << fmt::format("{}", fmt::join(only_hf, "; "));
+  // The control: with it in both, or in neither, they agree.
+  EXPECT_TRUE(v41_config_disagreements(flat_yarn, hf_yarn).empty());
+  EXPECT_TRUE(v41_config_disagreements(flat_plain, hf_plain).empty());
+}
+
 // ---- refusals: one line naming the file and the key ----
 
 TEST(V41ConfigFiles, RefusesUnknownKeysNamingFileAndKey) {
@@ -553,6 +585,24 @@ TEST(V41Validation, RefusesSourcesInconsistentWithTheRatios) {
             std::string::npos);
   EXPECT_NE(invalid("v41-tiny", [](V41Config& c) { c.kv_source_layers = {}; }).find("kv_source_layers is empty"),
             std::string::npos);
+}
+
+// A repeated layer id breaks "strictly ascending" as a descending pair does, and must be refused by the same
+// rule, naming its list (validate.cpp's layer_list). Each list gets a repeat that every other rule accepts
+// (the Engram tables resized to the repeated list), so a rule weakened to "non-descending" lets each through.
+TEST(V41Validation, RefusesARepeatedLayerIdInEveryLayerListNamingTheList) {
+  EXPECT_EQ(invalid("v41-tiny", [](V41Config& c) { c.kv_source_layers = {1, 1, 3}; }),
+            "v41 config: v41-tiny: kv_source_layers 1,1,3 is not strictly ascending");
+  EXPECT_EQ(invalid("v41-tiny", [](V41Config& c) { c.index_source_layers = {1, 3, 3, 4}; }),
+            "v41 config: v41-tiny: index_source_layers 1,3,3,4 is not strictly ascending");
+  EXPECT_EQ(invalid("v41-tiny",
+                    [](V41Config& c) {
+                      c.engram_layer_ids = {0, 0};
+                      c.engram_num_embeddings = v41_engram_rows(c);
+                    }),
+            "v41 config: v41-tiny: engram_layer_ids 0,0 is not strictly ascending");
+  EXPECT_EQ(invalid("v41-flash", [](V41Config& c) { c.dspark_target_layer_ids = {37, 38, 38}; }),
+            "v41 config: v41-flash: dspark_target_layer_ids 37,38,38 is not strictly ascending");
 }
 
 TEST(V41Validation, RefusesACandidateSourceThatIsNotARatio1KvSource) {

@@ -5,6 +5,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <mutex>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -74,7 +76,8 @@ const std::vector<std::string>& v41_fault_names() {
                                                  "unclamped-shared-expert", "mhc-same-sublayer",
                                                  "decode-group-rope-at-step", "decode-fresh-compressor",
                                                  "ced-ring-slot-of-row", "ced-floor-on-row-index",
-                                                 "ced-cut-floor-flipped", "resume-start-off-by-one"};
+                                                 "ced-cut-floor-flipped", "resume-start-off-by-one",
+                                                 "ced-replayed-row-ulp"};
   return names;
 }
 
@@ -418,6 +421,14 @@ V41ForwardResult V41Model::replay_tail(V41CedEncoding enc, int64_t S, const V41R
     throw InputError(fmt::format("v41 ced: a replay of {} rows reaches before the resumed prompt's first recomputed "
                                  "row {} (N = {})", R, F, N));
   const bool floor_cut = S > F && (conv->floor_first_layer != (fault_ == V41Fault::ced_cut_floor_flipped));
+  // The planted ced-replayed-row-ulp (a negative control of the bitwise clauses): on a tail (rows dropped),
+  // the last row's first value leaves each tail layer and the head one ulp of double up; the spans and
+  // floors are untouched, so only a check that compares the tail's bits can see it.
+  const bool ulp_off = fault_ == V41Fault::ced_replayed_row_ulp && S > F;
+  auto nudge_last_row = [](std::vector<double>& v, int64_t row) {
+    double& x = v[v.size() - static_cast<size_t>(row)];
+    x = std::nextafter(x, std::numeric_limits<double>::infinity());
+  };
   V41ForwardResult out;
   out.N = N;
   out.first_row = S;
@@ -442,6 +453,7 @@ V41ForwardResult V41Model::replay_tail(V41CedEncoding enc, int64_t S, const V41R
       // (A resumed prompt's rows from F.)
       cap = run_rows(l, h, pre, N - F, layer_hash_ids(enc, lp, F), shared, cache, F, floor_cut ? S : F,
                      hit_sources(enc, lp));
+      if (ulp_off) nudge_last_row(cap.out, hc * D);
       const int64_t drop = S - F;
       h.assign(cap.out.begin() + drop * hc * D, cap.out.end());
       pre.assign(cap.ffn_pre.begin() + drop * hc, cap.ffn_pre.end());
@@ -456,6 +468,7 @@ V41ForwardResult V41Model::replay_tail(V41CedEncoding enc, int64_t S, const V41R
       // Above the cut the tail's rows, floored at its first; a kv source there reads the prefill side's.
       const V41LayerCache* src = lp.owns_compressor && !enc.sources.empty() ? &enc.sources[static_cast<size_t>(l)] : nullptr;
       cap = run_rows(l, h, pre, R, layer_hash_ids(enc, lp, S), shared, cache, S, S, src);
+      if (ulp_off) nudge_last_row(cap.out, hc * D);
       h = captures_ ? cap.out : std::move(cap.out);
       if (!captures_) keep_last_row(cap, h);
       pre = cap.ffn_pre;
@@ -464,6 +477,7 @@ V41ForwardResult V41Model::replay_tail(V41CedEncoding enc, int64_t S, const V41R
   }
   if (state) seed_decode_pointers(*state);
   head(h, pre, R, out);
+  if (ulp_off) nudge_last_row(out.logits, config_.vocab_size);
   return out;
 }
 

@@ -71,6 +71,9 @@ enum class V41Fault {
                               // and whole where it floors it
   resume_start_off_by_one,    // resume: the encoder's window rebuilt from H - W + 1, not H - W (a hit not
                               // aligned to a block, counted from the wrong end)
+  ced_replayed_row_ulp,       // ced: the tail's last row leaves every tail layer and the head one ulp (of
+                              // double) above its value, every span and floor right: not a port's bug,
+                              // a tail whose bits are off where they must be exact
 };
 const std::vector<std::string>& v41_fault_names();  // "none", "v4-q-norm", ... (the enum's order)
 V41Fault v41_fault_from_name(std::string_view name);  // InputError naming the known ones
