@@ -87,7 +87,7 @@ TEST(V41CedFaults, EveryCellOfTheFaultByCheckMatrixIsTheExpectedPassOrFail) {
   const auto& checks = v41_ced_checks();
   ASSERT_EQ(checks.size(), kColumns);
   for (size_t j = 0; j < kColumns; ++j) ASSERT_STREQ(checks[j].name, kChecks[j]) << "column " << j;
-  // Every replay fault (ced-*, resume-*) has its row; the others are the golden gate's (§12.4).
+  // Every replay fault (ced-*, resume-*) has its row; the others are the golden gate's (docs/v41.md §12.4).
   for (size_t f = 0; f < v41_fault_names().size(); ++f) {
     const std::string& name = v41_fault_names()[f];
     if (name.rfind("ced-", 0) != 0 && name.rfind("resume-", 0) != 0) continue;
