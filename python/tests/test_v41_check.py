@@ -63,13 +63,13 @@ def test_a_port_without_ced_has_its_ced_properties_not_supported(checkpoint):
     assert [p.verdict for p in rep.properties].count("not supported") == 5
 
 
-class Jittery(Engine):
-    """A port that is not batch invariant: a CED replay's rows differ from the prefill's by a rounding flip."""
-    capabilities = frozenset({"prefill", "ced"})
+class ReplayPlanted(Engine):
+    """Batch invariant by declaration; the reference, with `plant(logits)` changing a CED replay's rows."""
+    capabilities = frozenset({"prefill", "ced", "batch_invariant"})
     convention = "sglang"
 
-    def __init__(self, scale):
-        self.inner, self.scale = v41.ReferenceEngine(), scale
+    def __init__(self, plant):
+        self.inner, self.plant = v41.ReferenceEngine(), plant
 
     def load(self, checkpoint):
         self.inner.load(checkpoint)
@@ -79,8 +79,16 @@ class Jittery(Engine):
 
     def prefill_ced(self, tokens, replay):
         p = self.inner.prefill_ced(tokens, replay)
-        p.logits = p.logits * (1 + self.scale)
+        p.logits = self.plant(np.array(p.logits, dtype=np.float64))
         return p
+
+
+class Jittery(ReplayPlanted):
+    """A port that is not batch invariant: a CED replay's rows differ from the prefill's by a rounding flip."""
+    capabilities = frozenset({"prefill", "ced"})
+
+    def __init__(self, scale):
+        super().__init__(lambda logits: logits * (1 + scale))
 
 
 def test_without_batch_invariance_a_property_is_judged_under_the_stated_policy(checkpoint):
@@ -128,26 +136,6 @@ def test_a_check_that_judged_nothing_does_not_pass(checkpoint):
 def _one_ulp_up(x):
     """The next fp32 value above x: the smallest difference a bitwise verdict exists to see."""
     return float(np.nextafter(np.float32(x), np.float32(np.inf)))
-
-
-class ReplayPlanted(Engine):
-    """Batch invariant by declaration; the reference, with `plant(logits)` changing a CED replay's rows."""
-    capabilities = frozenset({"prefill", "ced", "batch_invariant"})
-    convention = "sglang"
-
-    def __init__(self, plant):
-        self.inner, self.plant = v41.ReferenceEngine(), plant
-
-    def load(self, checkpoint):
-        self.inner.load(checkpoint)
-
-    def prefill(self, tokens):
-        return self.inner.prefill(tokens)
-
-    def prefill_ced(self, tokens, replay):
-        p = self.inner.prefill_ced(tokens, replay)
-        p.logits = self.plant(np.array(p.logits, dtype=np.float64))
-        return p
 
 
 def test_a_batch_invariant_replay_one_fp32_ulp_off_fails_bitwise(checkpoint):
