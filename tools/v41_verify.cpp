@@ -47,7 +47,9 @@ void properties(std::vector<std::string>& failures) {
   } planted[] = {{v41::V41Fault::ced_ring_slot_of_row, "decode after ced of the decode span is the prefill's"},
                  {v41::V41Fault::ced_floor_on_row_index, "spans found are the plan's, bitwise at them"},
                  {v41::V41Fault::ced_cut_floor_flipped, "vllm keeps layer E's tail exact"},
-                 {v41::V41Fault::resume_start_off_by_one, "resume after a hit of at most W is the cold run"}};
+                 {v41::V41Fault::resume_start_off_by_one, "resume after a hit of at most W is the cold run"},
+                 // Spans right, one replayed row one ulp off: only a bitwise clause sees it.
+                 {v41::V41Fault::ced_replayed_row_ulp, "spans found are the plan's, bitwise at them"}};
   for (const auto& p : planted) {
     V41Seeded s = v41_seeded_model(tiny, 0, v41::V41Regime::release, p.fault);
     const std::string why = v41::v41_ced_check(p.check).run(s.model, s.hashing, tokens);

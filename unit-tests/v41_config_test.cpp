@@ -216,6 +216,17 @@ TEST(V41EngramRows, AreTheSumsOfConsecutiveUnusedPrimes) {
   EXPECT_EQ(v41_engram_rows(v41_builtin_config("v41-flash")), (std::vector<int64_t>{384006168, 384016682}));
 }
 
+TEST(V41EngramRows, ThePrimesStartStrictlyAboveTheVocabularyEvenWhenItsLastIdIsPrime) {
+  // The official find_next_prime returns the smallest unused prime *above* its start, vocab − 1: with a
+  // vocabulary of 102, 101 is prime and is not taken; the first prime is 103.
+  V41Config c = v41_builtin_config("v41-tiny");
+  c.engram_vocab_size = 102;
+  const auto primes = v41_engram_primes(c);
+  ASSERT_FALSE(primes.empty());
+  EXPECT_EQ(primes.front().front(), 103);
+  EXPECT_EQ(std::count(primes.front().begin(), primes.front().end(), 101), 0);
+}
+
 // ---- the files ----
 
 TEST(V41ConfigFiles, AHandWrittenFlatFileReadsAsTiny) {
@@ -603,6 +614,22 @@ TEST(V41Validation, RefusesARepeatedLayerIdInEveryLayerListNamingTheList) {
             "v41 config: v41-tiny: engram_layer_ids 0,0 is not strictly ascending");
   EXPECT_EQ(invalid("v41-flash", [](V41Config& c) { c.dspark_target_layer_ids = {37, 38, 38}; }),
             "v41 config: v41-flash: dspark_target_layer_ids 37,38,38 is not strictly ascending");
+}
+
+TEST(V41Validation, RefusesALayerListsFirstIdOutsideTheStack) {
+  // The first element is range-checked like the others (a list of one id has only a first).
+  EXPECT_EQ(invalid("v41-flash", [](V41Config& c) { c.dspark_target_layer_ids = {40}; }),
+            "v41 config: v41-flash: dspark_target_layer_ids has layer 40, outside [0, 40)");
+  EXPECT_EQ(invalid("v41-flash", [](V41Config& c) { c.dspark_target_layer_ids = {-1, 38, 39}; }),
+            "v41 config: v41-flash: dspark_target_layer_ids has layer -1, outside [0, 40)");
+}
+
+TEST(V41Validation, RefusesADSparkNoiseTokenOutsideTheVocabularyOnEitherSide) {
+  EXPECT_EQ(invalid("v41-flash", [](V41Config& c) { c.dspark_noise_token_id = c.vocab_size; }),
+            "v41 config: v41-flash: dspark_noise_token_id = 129280 is outside [0, vocab_size = 129280)");
+  EXPECT_EQ(invalid("v41-flash", [](V41Config& c) { c.dspark_noise_token_id = -1; }),
+            "v41 config: v41-flash: dspark_noise_token_id = -1 is outside [0, vocab_size = 129280)");
+  EXPECT_EQ(invalid("v41-flash", [](V41Config& c) { c.dspark_noise_token_id = c.vocab_size - 1; }), "");
 }
 
 TEST(V41Validation, RefusesACandidateSourceThatIsNotARatio1KvSource) {

@@ -99,4 +99,8 @@ TEST(V41SpanSearch, TheReplaySpanSearchJudgesBitsWithTheFloorProbeOff) {
   EXPECT_GT(bitwise, 0) << "no bitwise verdict was reported";
   EXPECT_TRUE(f.bitwise_at_probe);
   EXPECT_FALSE(watch.on()) << "the search left the probe on";
+  // The prompt is every token but the last (the decode step's): 24 rows, all of which the last position's
+  // cone (46 rows) needs, so both searches end at the whole prompt and not past it.
+  EXPECT_EQ(f.last_probe, 24);
+  EXPECT_EQ(f.last_bitwise, 24);
 }
