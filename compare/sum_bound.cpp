@@ -86,7 +86,23 @@ Interval admissible(double v, double error, double ref_error, int out_bits) {
   const double e = error + ref_error;
   const double inf = std::numeric_limits<double>::infinity();
   const double lo = e > 0 ? std::nextafter(v - e, -inf) : v, hi = e > 0 ? std::nextafter(v + e, inf) : v;
-  return {round_down(lo, out_bits), round_up(hi, out_bits)};
+  return rounded_outward(lo, hi, out_bits);
+}
+
+Interval rounded_outward(double lo, double hi, int out_bits) { return {round_down(lo, out_bits), round_up(hi, out_bits)}; }
+
+Interval rounded_inward(double lo, double hi, int out_bits) {
+  const Interval in{round_up(lo, out_bits), round_down(hi, out_bits)};
+  return in.lo <= in.hi ? in : rounded_outward(lo, hi, out_bits);
+}
+
+Interval rounded_nearest(double lo, double hi, int out_bits) {
+  auto nearest = [&](double x) {
+    if (!std::isfinite(x)) return x;
+    const double s = spacing(x, out_bits);
+    return std::nearbyint(x / s) * s;  // the default rounding mode: to nearest, ties to even
+  };
+  return {nearest(lo), nearest(hi)};
 }
 
 }  // namespace ced::bounds

@@ -41,5 +41,15 @@ struct Interval {
   bool contains(double x) const { return lo <= x && x <= hi; }
 };
 Interval admissible(double v, double error, double ref_error, int out_bits);
+// [lo, hi] widened to the grid of a format of `out_bits` significant bits: the values an implementation
+// whose pre-rounding result lies in [lo, hi] may give after its output rounding.
+Interval rounded_outward(double lo, double hi, int out_bits);
+// The values of the format in [lo, hi] (rounded inward): the results of an implementation whose result is
+// itself of that format and lies in [lo, hi] (an fp32 sum whose bound includes its last rounding).
+// Outward instead when no value of the format lies inside.
+Interval rounded_inward(double lo, double hi, int out_bits);
+// [round to nearest even (lo), the same of hi]: every result of rounding a value of [lo, hi] to nearest
+// (a cast to bf16), by the rounding's monotonicity, and no other.
+Interval rounded_nearest(double lo, double hi, int out_bits);
 
 }  // namespace ced::bounds

@@ -269,8 +269,11 @@ INSTANTIATE_TEST_SUITE_P(
               1, "topk_idxs (forced x)", "of rows"},
         Plant{"experts", [](V41RunFile& f) { auto& e = f.result.layers[4].experts; e.at(0) = e.at(0) == 0 ? 1 : 0; }, 4,
               "experts (forced x)", "of rows"},
-        Plant{"logits", [](V41RunFile& f) { at(f.result.logits, 100) += 0.25; }, -1, "logits (forced collapsed)",
-              "bf16 ulps"},
+        Plant{"logits", [](V41RunFile& f) { at(f.result.logits, 100) += 0.25; }, -1, "logits (forced normed)",
+              "outside their admissible interval"},
+        // One element of the final RMSNorm's output one bf16 step up, where its interval admits one value only.
+        Plant{"final_normed", [](V41RunFile& f) { at(f.result.final_normed, 10) += step(f.result.final_normed[10], 8); }, -1,
+              "final_normed (forced collapsed)", "outside their admissible interval"},
         Plant{"hash ids", [](V41RunFile& f) { f.result.layers[0].hash_ids.at(3) += 1; }, 0, "hash_ids", "of rows"},
         Plant{"shape", [](V41RunFile& f) { f.result.layers[5].attn_out.pop_back(); }, 5, "attn_out (forced x)",
               "values here"}),
@@ -322,6 +325,17 @@ TEST(V41CompareValues, AShapeMismatchComparesNothingAndIsNoted) {
   EXPECT_EQ(r.n, 0);
   ASSERT_EQ(r.notes.size(), 1u);
   EXPECT_NE(r.notes[0].find("1 values here, 2 in the official run"), std::string::npos) << r.notes[0];
+}
+
+TEST(V41CompareRows, ListsOfDifferentLengthsCompareNothingAndAreNoted) {
+  // The official's 3 rows of 2 against 2 rows of ours: whichever length divides into rows, nothing is
+  // read past the shorter list.
+  V41TensorAgreement r;
+  r.kind = "sel";
+  v41_compare_rows(r, std::vector<int64_t>{1, 2, 3, 4}, std::vector<int64_t>{1, 2, 3, 4, 5, 6}, 3, {}, 0);
+  EXPECT_EQ(r.n, 0);
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("4 indices here, 6 in the official run"), std::string::npos) << r.notes[0];
 }
 
 TEST(V41CompareRows, RowsEqualOnlyInTheSameOrderAndEachDifferingRowNamesItsPositions) {
@@ -411,11 +425,11 @@ INSTANTIATE_TEST_SUITE_P(
     Plants, V41GateSpecialValues,
     ::testing::Values(
         SpecialPlant{"nan_logits", "tiny-fp8-n17.h5", [](V41RunFile& f) { at(f.result.logits, 100) = kNan; },
-                     {{"teacher forced", -1, "logits (forced collapsed)"}, {"end to end", -1, "logits (end to end)"}}},
+                     {{"teacher forced", -1, "logits (forced normed)"}, {"end to end", -1, "logits (end to end)"}}},
         SpecialPlant{"inf_logits", "tiny-fp8-n17.h5", [](V41RunFile& f) { at(f.result.logits, 7) = kInf; },
-                     {{"teacher forced", -1, "logits (forced collapsed)"}, {"end to end", -1, "logits (end to end)"}}},
+                     {{"teacher forced", -1, "logits (forced normed)"}, {"end to end", -1, "logits (end to end)"}}},
         SpecialPlant{"minus_inf_logits", "tiny-bf16-n5.h5", [](V41RunFile& f) { at(f.result.logits, 0) = -kInf; },
-                     {{"teacher forced", -1, "logits (forced collapsed)"}, {"end to end", -1, "logits (end to end)"}}},
+                     {{"teacher forced", -1, "logits (forced normed)"}, {"end to end", -1, "logits (end to end)"}}},
         SpecialPlant{"nan_attn_out", "tiny-fp8-n17.h5", [](V41RunFile& f) { at(f.result.layers[1].attn_out, 7) = kNan; },
                      {{"teacher forced", 1, "attn_out (forced x)"}}},
         SpecialPlant{"inf_expert_weights", "tiny-fp8-n17.h5",
@@ -426,10 +440,10 @@ INSTANTIATE_TEST_SUITE_P(
                      {{"teacher forced", 5, "final_collapsed"}, {"end to end", -1, "final_collapsed (end to end)"}}},
         SpecialPlant{"nan_decode_logits", "tiny-fp8-n13-d8.h5",
                      [](V41RunFile& f) { at(f.decode->steps.at(3).logits, 11) = kNan; },
-                     {{"decode forced", -1, "decode logits (forced collapsed)"}, {"decode e2e", -1, "decode logits (end to end)"}}},
+                     {{"decode forced", -1, "decode logits (forced normed)"}, {"decode e2e", -1, "decode logits (end to end)"}}},
         SpecialPlant{"inf_decode_logits", "tiny-bf16-n13-d8.h5",
                      [](V41RunFile& f) { at(f.decode->steps.at(7).logits, 2) = -kInf; },
-                     {{"decode forced", -1, "decode logits (forced collapsed)"}, {"decode e2e", -1, "decode logits (end to end)"}}},
+                     {{"decode forced", -1, "decode logits (forced normed)"}, {"decode e2e", -1, "decode logits (end to end)"}}},
         SpecialPlant{"nan_decode_attn_out", "tiny-fp8-n13-d8.h5",
                      [](V41RunFile& f) { at(f.decode->steps.at(0).layers[2].attn_out, 5) = kNan; },
                      {{"decode forced", 2, "decode attn_out (forced x)"}}}),

@@ -121,6 +121,13 @@ void v41_judge(V41TensorAgreement& r) {
                             r.nonfinite_at);
     return;
   }
+  if (!r.bound_model.empty()) {  // derived bounds, not a budget: any value outside its interval fails
+    if (!r.notes.empty()) r.failure = r.notes.front();
+    else if (r.outside > 0)
+      r.failure = fmt::format("{} of {} values outside their admissible interval ({}), the first at {}", r.outside,
+                              2 * r.n, r.bound_model, r.outside_at);
+    return;
+  }
   if (r.kind == "logits (end to end)" || r.kind == "decode logits (end to end)") {
     // A random model amplifies every flip layer by layer (§9.4; the official code against itself on
     // another thread count: 3-12 % of the logits' scale): measured up to 21 % (tiny, N = 40), with every
@@ -157,6 +164,8 @@ struct Gate {
   V41EngramHashing hashing;  // the checkpoint's (v41_checkpoint_hashing)
   V41Agreement out;
   std::string pass;
+  // The bound model of the kinds judged by derived bounds; nullptr in the f64 regime, whose budgets judge.
+  const bounds::BoundModel* bounds = nullptr;
 
   std::string step;  // ", step S" in the decode passes, whose rows gather every step's comparison
 
@@ -177,6 +186,38 @@ struct Gate {
     V41TensorAgreement& r = row(layer, kind);
     v41_compare_values(r, ours, official, (layer >= 0 ? fmt::format("layer {}", layer) : "") + step, row_len);
     v41_judge(r);
+  }
+  // A kind judged by derived bounds: `admissible` computed from the official's own input to the op.
+  void bounded(int64_t layer, const std::string& kind, std::span<const double> ours, std::span<const double> official,
+               std::span<const bounds::BoundedValue> admissible, int64_t row_len) {
+    if (official.empty()) return;
+    V41TensorAgreement& r = row(layer, kind);
+    const std::string placed = (layer >= 0 ? fmt::format("layer {}", layer) : "") + step;
+    const std::string at = placed.starts_with(' ') ? placed.substr(1) : placed;
+    v41_compare_values(r, ours, official, at, row_len);
+    v41_compare_bounds(r, ours, official, admissible, bounds->name(), at);
+    v41_judge(r);
+  }
+  // The head on the official's final_collapsed (and, for the logits, the official's final_normed: each op
+  // fed the official's own input), judged by bounds where the regime rounds as the release does.
+  void head(std::span<const double> collapsed, std::span<const double> normed, std::span<const double> logits,
+            int64_t N, const std::string& prefix, bool judge_normed) {
+    const V41Config& c = model.config();
+    V41ForwardResult h;
+    model.head_collapsed(collapsed, N, h);
+    if (!bounds) {
+      if (judge_normed) values(-1, prefix + "final_normed (forced collapsed)", h.final_normed, normed, c.dim);
+      values(-1, prefix + "logits (forced collapsed)", h.logits, logits, c.vocab_size);
+      return;
+    }
+    if (judge_normed && !normed.empty())
+      bounded(-1, prefix + "final_normed (forced collapsed)", h.final_normed, normed,
+              bounds::rmsnorm_bounds(collapsed, c.dim, model.final_norm_weight(), c.norm_eps, *bounds, 8), c.dim);
+    if (normed.empty() || logits.empty()) return values(-1, prefix + "logits (forced collapsed)", h.logits, logits, c.vocab_size);
+    std::vector<double> ours(static_cast<size_t>(N * c.vocab_size));
+    fwd::linear(fwd::Arith(model.regime()), normed, N, c.dim, model.head_weight(), c.vocab_size, ours, false);
+    bounded(-1, prefix + "logits (forced normed)", ours, logits,
+            bounds::linear_bounds(normed, N, c.dim, model.head_weight(), c.vocab_size, *bounds, 24), c.vocab_size);
   }
   // rows: of both lists (0: the prefill's N).
   template <class A, class B>
@@ -260,10 +301,7 @@ void teacher_forced(Gate& g) {
     if (lp.owns_indexer && !o.topk_idxs.empty()) shared.topk_idxs.assign(o.topk_idxs.begin(), o.topk_idxs.end());
     if (lp.candidate_source && !o.candidates.empty()) shared.candidates.assign(o.candidates.begin(), o.candidates.end());
   }
-  V41ForwardResult h;
-  m.head_collapsed(off.result.final_collapsed, N, h);
-  g.values(-1, "final_normed (forced collapsed)", h.final_normed, off.result.final_normed, c.dim);
-  g.values(-1, "logits (forced collapsed)", h.logits, off.result.logits, c.vocab_size);
+  g.head(off.result.final_collapsed, off.result.final_normed, off.result.logits, N, "", true);
 }
 
 void end_to_end(Gate& g) {
@@ -352,9 +390,7 @@ void decode_teacher_forced(Gate& g) {
       if (lp.candidate_source && !o.candidates.empty()) st.candidates.assign(o.candidates.begin(), o.candidates.end());
     }
     ++st.pos;
-    V41ForwardResult h;
-    m.head_collapsed(os.final_collapsed, 1, h);
-    g.values(-1, "decode logits (forced collapsed)", h.logits, os.logits, c.vocab_size);
+    g.head(os.final_collapsed, os.final_normed, os.logits, 1, "decode ", false);
   }
 }
 
@@ -410,6 +446,32 @@ void v41_compare_values(V41TensorAgreement& s, std::span<const double> ours, std
   }
 }
 
+void v41_compare_bounds(V41TensorAgreement& s, std::span<const double> ours, std::span<const double> official,
+                        std::span<const bounds::BoundedValue> admissible, const std::string& bound_model,
+                        const std::string& at) {
+  s.bound_model = bound_model;
+  if (official.size() != admissible.size() || ours.size() != admissible.size()) {
+    s.notes.push_back(fmt::format("{} {}: {} values here, {} in the official run, {} intervals", s.kind, at, ours.size(),
+                                  official.size(), admissible.size()));
+    return;
+  }
+  for (const auto& [side, values] : {std::pair{"official", official}, std::pair{"ours", ours}}) {
+    const bounds::BoundJudgement j = bounds::judge_within(values, admissible);
+    if (j.outside > 0 && s.outside == 0) {
+      const auto i = static_cast<size_t>(j.first_outside);
+      const bounds::Interval& b = admissible[i].admissible;
+      s.outside_at = fmt::format("{}[{}] {} {:.9g} outside [{:.9g}, {:.9g}] by {:.3g} (exact {:.9g})", at, i, side,
+                                 values[i], b.lo, b.hi, j.outside_by, admissible[i].value);
+    }
+    s.outside += j.outside;
+    if (j.max_use_at >= 0 && j.max_use > s.max_bound_use) {
+      s.max_bound_use = j.max_use;
+      s.bound_use_at = fmt::format("{}[{}] {}", at, j.max_use_at, side);
+    }
+    if (side == std::string("official")) s.straddled += j.straddled;
+  }
+}
+
 void v41_compare_rows(V41TensorAgreement& s, std::span<const int64_t> ours, std::span<const int64_t> ref, int64_t N,
                       std::span<const double> scores, int64_t offset) {
   s.rows_compared = true;
@@ -449,7 +511,7 @@ const V41TensorAgreement* V41Agreement::first_failure() const {
   return nullptr;
 }
 
-V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official) {
+V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, const bounds::BoundModel& bounds) {
   if (model.regime() != official.regime)
     throw InputError(fmt::format("v41 gate: the model runs the {} regime, the run file is of the {} regime",
                                  v41_regime_name(model.regime()), v41_regime_name(official.regime)));
@@ -458,7 +520,7 @@ V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official) {
     throw InputError("v41 gate: the reference run file was made with non-default switches; the official code has none");
   if (static_cast<int64_t>(official.result.layers.size()) != model.config().n_layers)
     throw InputError("v41 gate: the run file's layers are not the model's");
-  Gate g{model, official, v41_checkpoint_hashing(model.config()), {}, "", ""};
+  Gate g{model, official, v41_checkpoint_hashing(model.config()), {}, "", official.regime == V41Regime::f64 ? nullptr : &bounds, ""};
   teacher_forced(g);
   end_to_end(g);
   if (official.decode) {
@@ -481,6 +543,19 @@ V41Checkpoint v41_golden_checkpoint(const V41RunFile& f) {
   return ck;
 }
 
+namespace {
+
+// A row within its derived bounds: how much of them it used, and where a rounding boundary lay inside.
+std::string bound_verdict(const V41TensorAgreement& r) {
+  if (r.equal == r.n) return fmt::format("bitwise (within bounds: {})", r.bound_model);
+  std::string s = fmt::format("within bounds ({}): at most {:.1f} % of an interval used, at {}", r.bound_model,
+                              100 * r.max_bound_use, r.bound_use_at);
+  if (r.straddled > 0 && r.straddled < r.n) s += fmt::format("; {} of {} admit more than one value", r.straddled, r.n);
+  return s;
+}
+
+}  // namespace
+
 std::string v41_agreement_table(const V41Agreement& a) {
   std::string s = fmt::format("{:<15} {:>5} {:<34} {:>8} {:>9} {:>10} {:>9} {:>9}  {}\n", "pass", "layer", "kind",
                               "values", "bitwise", "max |d|", "ulp bf16", "ulp fp32", "verdict");
@@ -488,8 +563,10 @@ std::string v41_agreement_table(const V41Agreement& a) {
     s += fmt::format("{:<15} {:>5} {:<34} {:>8} {:>9.5f} {:>10.3g} {:>9.3g} {:>9.4g}  {}\n", r.pass,
                      r.layer >= 0 ? std::to_string(r.layer) : "-", r.kind, r.n, r.bitwise(), r.max_abs, r.max_ulp16,
                      r.max_ulp32,
-                     r.failure.empty() ? (budget_of(r.kind).kind[0] ? "ok" : "reported")
-                                       : fmt::format("FAIL: {}; the largest at {}", r.failure, r.where));
+                     !r.failure.empty()      ? fmt::format("FAIL: {}; the largest at {}", r.failure, r.where)
+                     : !r.bound_model.empty() ? bound_verdict(r)
+                     : budget_of(r.kind).kind[0] ? "ok"
+                                                 : "reported");
   for (const auto& r : a.rows)
     for (const auto& n : r.notes) s += "  " + n + "\n";
   return s;

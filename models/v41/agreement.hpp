@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "compare/op_bounds.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/forward.hpp"
 #include "models/v41/run_file.hpp"
@@ -30,6 +31,17 @@ struct V41TensorAgreement {
   // lacks. Never excused by a budget (a finite bound admits no NaN); `nonfinite_at` is the first.
   int64_t nonfinite = 0;
   std::string nonfinite_at;
+  // A kind judged by bounds derived from the computation (docs/sound-bounds.md) rather than a budget:
+  // the bound model's name, and how both sides' values sit in the admissible intervals computed from the
+  // official's own input to the op. Any value outside fails; `max_bound_use` is the largest fraction of
+  // an interval's half-width a value uses (and where), `straddled` the elements at which more than one
+  // value of the output format is admissible (a rounding boundary inside the interval).
+  std::string bound_model;
+  int64_t outside = 0;
+  std::string outside_at;
+  double max_bound_use = 0;
+  std::string bound_use_at;
+  int64_t straddled = 0;
   std::vector<std::string> notes;  // rows that differ, shape mismatches
   std::string failure;   // "" within its budget, else why not (the budget and its reason)
 
@@ -43,8 +55,15 @@ struct V41Agreement {
 };
 
 // Compares the model (its config and weights must be the run file's: the caller checks the digest)
-// with the official run file, both passes. The model's regime is the file's.
-V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official);
+// with the official run file, both passes. The model's regime is the file's. The head (final_normed and
+// the logits, forced) is judged by bounds under `bounds` in the bf16 and release regimes.
+V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, const bounds::BoundModel& bounds = {});
+
+// Fills a row's bound fields: each of `ours` and `official` against its admissible interval (the
+// official's judged first; `at` places the element).
+void v41_compare_bounds(V41TensorAgreement& row, std::span<const double> ours, std::span<const double> official,
+                        std::span<const bounds::BoundedValue> admissible, const std::string& bound_model,
+                        const std::string& at);
 
 // The checkpoint a golden file ran, made again: the built-in its config names, `ced export`'s random
 // weights of its weight seed, and the boosts its provenance records ("TENSOR=K,..."); InputError when

@@ -1,7 +1,9 @@
 // docs/v41.md §12.4: a test-only driver that runs the gate on official run files (the golden files of a
 // folder, or the files named) and prints the agreement per regime and tensor kind as the markdown
-// table of the README and docs/v41.md; -v also prints each file's table, row by row:
-//   v41_agreement_summary [-v] golden/v41 | FILE.h5...
+// table of the README and docs/v41.md; -v also prints each file's table, row by row; --tsv prints
+// instead one tab-separated line per judged row (pass, layer, kind, judged by bounds, a budget or
+// reported only, ok or FAIL, the failure or the bound used), for sweeps (scripts/v41-soundness-sweep.sh):
+//   v41_agreement_summary [-v | --tsv] golden/v41 | FILE.h5...
 // Exit 0 when every file is within every budget, 1 when one is not, 2 on bad input.
 #include <fmt/format.h>
 
@@ -24,7 +26,17 @@ struct Total {
   std::vector<std::string> notes;
 };
 
-int run(const std::vector<std::filesystem::path>& args, bool verbose) {
+// One judged row as a line of the sweep's table; tabs and newlines in its text made spaces.
+std::string tsv_line(const V41TensorAgreement& r) {
+  const char* by = !r.bound_model.empty() ? "bounds" : v41_budget_reason(r.kind) == "reported, not judged" ? "reported" : "budget";
+  std::string detail = !r.failure.empty() ? r.failure
+                       : !r.bound_model.empty() ? fmt::format("{:.3g} of an interval used at most, at {}", r.max_bound_use, r.bound_use_at)
+                                                : fmt::format("{:.3g} bf16 ulps, {:.4g} fp32 ulps, max |d| {:.3g}", r.max_ulp16, r.max_ulp32, r.max_abs);
+  std::replace_if(detail.begin(), detail.end(), [](char c) { return c == '\t' || c == '\n'; }, ' ');
+  return fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", r.pass, r.layer, r.kind, by, r.failure.empty() ? "ok" : "FAIL", detail);
+}
+
+int run(const std::vector<std::filesystem::path>& args, bool verbose, bool tsv) {
   std::vector<std::filesystem::path> files;
   for (const auto& a : args) {
     if (!std::filesystem::is_directory(a)) {
@@ -48,6 +60,8 @@ int run(const std::vector<std::filesystem::path>& args, bool verbose) {
     const V41Agreement a = v41_agreement(model, f);
     if (verbose) fmt::print("\n== {} ({}, N = {})\n{}", p.string(), v41_regime_name(f.regime), f.tokens.size(),
                             v41_agreement_table(a));
+    if (tsv)
+      for (const auto& r : a.rows) fmt::print("{}", tsv_line(r));
     if (const auto* x = a.first_failure()) {
       ++failures;
       fmt::print(stderr, "{}: {} layer {} {}: {}\n", p.filename().string(), x->pass, x->layer, x->kind, x->failure);
@@ -73,7 +87,7 @@ int run(const std::vector<std::filesystem::path>& args, bool verbose) {
       for (const auto& n : r.notes) t.notes.push_back(fmt::format("{}: {}", p.filename().string(), n));
     }
   }
-  for (const auto& [regime, kinds] : by) {
+  for (const auto& [regime, kinds] : tsv ? decltype(by){} : by) {
     fmt::print("\n### regime {}\n\n| kind | files | compared | bitwise | max bf16 ulps | max fp32 ulps | max abs diff |\n"
                "|---|---|---|---|---|---|---|\n", regime);
     for (const auto& [kind, t] : kinds) {
@@ -88,7 +102,7 @@ int run(const std::vector<std::filesystem::path>& args, bool verbose) {
     for (const auto& [kind, t] : kinds)
       for (const auto& n : t.notes) fmt::print("- {}\n", n);
   }
-  fmt::print("\n{} files, {} outside a budget\n", files.size(), failures);
+  if (!tsv) fmt::print("\n{} files, {} outside a budget\n", files.size(), failures);
   return failures ? 1 : 0;
 }
 
@@ -96,17 +110,18 @@ int run(const std::vector<std::filesystem::path>& args, bool verbose) {
 
 int main(int argc, char** argv) {
   std::vector<std::filesystem::path> args;
-  bool verbose = false;
+  bool verbose = false, tsv = false;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "-v") verbose = true;
+    else if (std::string(argv[i]) == "--tsv") tsv = true;
     else args.emplace_back(argv[i]);
   }
-  if (args.empty()) {
-    fmt::print(stderr, "usage: v41_agreement_summary [-v] GOLDEN_DIR | FILE.h5...\n");
+  if (args.empty() || (verbose && tsv)) {
+    fmt::print(stderr, "usage: v41_agreement_summary [-v | --tsv] GOLDEN_DIR | FILE.h5...\n");
     return 2;
   }
   try {
-    return run(args, verbose);
+    return run(args, verbose, tsv);
   } catch (const std::exception& e) {
     fmt::print(stderr, "v41_agreement_summary: {}\n", e.what());
     return 2;

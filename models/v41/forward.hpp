@@ -247,6 +247,10 @@ class V41Model {
   const V41Config& config() const { return config_; }
   const V41Plan& plan() const { return plan_; }
   V41Regime regime() const { return regime_; }
+  // The head's weights (the final RMSNorm's [dim], the output projection's [vocab, dim]), for the gate's
+  // bounds of the head (docs/sound-bounds.md §7).
+  std::span<const double> final_norm_weight() const { return norm_; }
+  std::span<const double> head_weight() const { return head_; }
   // The switches of what the release leaves open, for every later forward.
   void set_options(const V41Options& o) { options_ = o; }
   const V41Options& options() const { return options_; }

@@ -1,0 +1,141 @@
+// docs/sound-bounds.md §5-§7: admissible results of a linear layer and an RMSNorm; see op_bounds.hpp.
+#include "compare/op_bounds.hpp"
+
+#include <Eigen/Core>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "model/error.hpp"
+
+namespace ced::bounds {
+
+namespace {
+
+constexpr double kU32 = 0x1p-24;  // fp32's unit roundoff
+constexpr double kU64 = 0x1p-53;  // f64's, for the reference's own arithmetic
+
+using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMap = Eigen::Map<const Matrix>;
+
+int max_bits(std::span<const double> v) {
+  int b = 0;
+  for (double x : v) b = std::max(b, significant_bits(x));
+  return b;
+}
+
+// An op whose fp32 result lies in [lo, hi] (every fp32 rounding of it inside the bound), with every
+// deviation from `value` multiplied by `scale`: the fp32 values inside, then, for a narrower output, the
+// round-to-nearest cast of them (§4).
+BoundedValue result_in(double value, double lo, double hi, double scale, int out_bits) {
+  const Interval f32 = rounded_inward(value - scale * (value - lo), value + scale * (hi - value), 24);
+  return {value, out_bits >= 24 ? f32 : rounded_nearest(f32.lo, f32.hi, out_bits),
+          rounded_nearest(value, value, out_bits).lo};
+}
+
+}  // namespace
+
+std::string BoundModel::name() const {
+  return fmt::format("{}, functions within {} ulps{}", accumulation.name(), function_ulps,
+                     scale == 1 ? "" : fmt::format(", bounds scaled by {}", scale));
+}
+
+int significant_bits(double x) {
+  if (!std::isfinite(x)) return 64;
+  if (x == 0) return 0;
+  int e = 0;
+  const double m = std::frexp(std::fabs(x), &e);  // m in [0.5, 1): its bits are x's significand
+  // The significand as an integer of 53 bits; its trailing zeros are the bits it does not use.
+  const auto q = static_cast<uint64_t>(std::ldexp(m, 53));
+  return 53 - std::countr_zero(q);
+}
+
+std::vector<BoundedValue> linear_bounds(std::span<const double> x, int64_t M, int64_t K, std::span<const double> w,
+                                        int64_t Nout, const BoundModel& model, int out_bits) {
+  if (M < 0 || K < 1 || Nout < 0 || x.size() != static_cast<size_t>(M * K) || w.size() != static_cast<size_t>(Nout * K))
+    throw InputError(fmt::format("linear bounds: x has {} values for [{}, {}], w {} for [{}, {}]", x.size(), M, K,
+                                 w.size(), Nout, K));
+  // fp32 products of significands that fit 24 bits together are exact (bf16 × bf16: 8 + 8).
+  const bool exact = max_bits(x) + max_bits(w) <= 24;
+  const ConstMap X(x.data(), M, K), W(w.data(), Nout, K);
+  // The value and Σ|x·w| in f64, in Eigen's blocked order: any order is within γ_K(2^-53)·Σ|x·w| (§2).
+  const Matrix value = X * W.transpose();
+  const Matrix abs_sum = X.cwiseAbs() * W.cwiseAbs().transpose();
+  const double ref_rel = gamma(K, kU64);
+  std::vector<BoundedValue> out(static_cast<size_t>(M * Nout));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t j = 0; j < Nout; ++j) {
+      const double v = value(m, j), a = abs_sum(m, j);
+      const double e = sum_error_bound(K, a, model.accumulation, exact) + ref_rel * a;
+      out[static_cast<size_t>(m * Nout + j)] = result_in(v, v - e, v + e, model.scale, out_bits);
+    }
+  return out;
+}
+
+std::vector<BoundedValue> rmsnorm_bounds(std::span<const double> x, int64_t n, std::span<const double> w, double eps,
+                                         const BoundModel& model, int out_bits) {
+  if (n < 1 || x.size() % static_cast<size_t>(n) != 0 || w.size() != static_cast<size_t>(n) || !(eps >= 0))
+    throw InputError(fmt::format("rmsnorm bounds: {} values in rows of {}, {} weights, eps {}", x.size(), n, w.size(), eps));
+  const int64_t rows = static_cast<int64_t>(x.size()) / n;
+  const bool squares_exact = 2 * max_bits(x) <= 24;
+  // eps as the implementation may add it: the python float, or rounded to fp32 first (torch).
+  const double eps32 = static_cast<double>(static_cast<float>(eps));
+  const double eps_lo = std::min(eps, eps32), eps_hi = std::max(eps, eps32);
+  // The reference's own f64 arithmetic (a sum of n squares, then five operations) errs by less than
+  // (n + 16)·2^-53 relative; widened by that, the interval holds the exact result (§6).
+  const double ref = static_cast<double>(n + 16) * kU64;
+  const double fn = model.function_ulps * 0x1p-23;  // k ulps of a normal fp32 result, relative
+  std::vector<BoundedValue> out(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* row = x.data() + r * n;
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += row[i] * row[i];
+    // The sum of squares: all terms positive, so its bound is relative (§2); the mean one or two roundings
+    // (a division, or a product by 1/n rounded); eps added with one rounding.
+    const double rel_s = s > 0 ? sum_error_bound(n, s, model.accumulation, squares_exact) / s : 0;
+    const double mean = s / static_cast<double>(n);
+    const double t_lo = (mean * (1 - rel_s) * (1 - kU32) * (1 - kU32) + eps_lo) * (1 - kU32) * (1 - ref);
+    const double t_hi = (mean * (1 + rel_s) * (1 + kU32) * (1 + kU32) + eps_hi) * (1 + kU32) * (1 + ref);
+    // rsqrt within its ulps (1/sqrt: two roundings, under one ulp), then x·r and w·(x·r), one rounding each.
+    const double r_lo = (1 - fn) * (1 - kU32) * (1 - kU32) / std::sqrt(t_hi) * (1 - ref);
+    const double r_hi = (1 + fn) * (1 + kU32) * (1 + kU32) / std::sqrt(t_lo) * (1 + ref);
+    const double centre = 1 / std::sqrt(mean + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      const double wx = w[static_cast<size_t>(i)] * row[i];
+      const double a = wx * r_lo, b = wx * r_hi;
+      out[static_cast<size_t>(r * n + i)] = result_in(wx * centre, std::min(a, b), std::max(a, b), model.scale, out_bits);
+    }
+  }
+  return out;
+}
+
+BoundJudgement judge_within(std::span<const double> results, std::span<const BoundedValue> bounds) {
+  if (results.size() != bounds.size())
+    throw InputError(fmt::format("bounds: {} results for {} intervals", results.size(), bounds.size()));
+  BoundJudgement j;
+  j.n = static_cast<int64_t>(results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    const double r = results[i];
+    const BoundedValue& b = bounds[i];
+    if (b.admissible.lo < b.admissible.hi) ++j.straddled;
+    if (!b.admissible.contains(r)) {
+      if (j.outside++ == 0) {
+        j.first_outside = static_cast<int64_t>(i);
+        j.outside_by = std::isnan(r) ? r : r < b.admissible.lo ? b.admissible.lo - r : r - b.admissible.hi;
+      }
+      continue;
+    }
+    const double half = r >= b.value ? b.admissible.hi - b.value : b.value - b.admissible.lo;
+    const double use = r == b.nearest ? 0 : half > 0 ? std::min(1.0, std::fabs(r - b.value) / half) : 1;
+    if (use > j.max_use || j.max_use_at < 0) {
+      j.max_use = use;
+      j.max_use_at = static_cast<int64_t>(i);
+    }
+  }
+  return j;
+}
+
+}  // namespace ced::bounds
