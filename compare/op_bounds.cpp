@@ -138,4 +138,44 @@ BoundJudgement judge_within(std::span<const double> results, std::span<const Bou
   return j;
 }
 
+TopkJudgement judge_topk(std::span<const Interval> row, std::span<const int64_t> chosen) {
+  TopkJudgement j;
+  const auto n = static_cast<int64_t>(row.size());
+  std::vector<char> picked(row.size(), 0);
+  for (int64_t c : chosen) {
+    if (c < 0 || c >= n || picked[static_cast<size_t>(c)]) return j;  // out of range or repeated: no top-k
+    picked[static_cast<size_t>(c)] = 1;
+  }
+  // The chosen entry with the lowest upper end and the lowest lower end; the left-out entry with the
+  // highest lower end and the highest upper end.
+  int64_t low_hi = -1, low_lo = -1, high_lo = -1, high_hi = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const Interval& v = row[static_cast<size_t>(i)];
+    if (picked[static_cast<size_t>(i)]) {
+      if (low_hi < 0 || v.hi < row[static_cast<size_t>(low_hi)].hi) low_hi = i;
+      if (low_lo < 0 || v.lo < row[static_cast<size_t>(low_lo)].lo) low_lo = i;
+    } else {
+      if (high_lo < 0 || v.lo > row[static_cast<size_t>(high_lo)].lo) high_lo = i;
+      if (high_hi < 0 || v.hi > row[static_cast<size_t>(high_hi)].hi) high_hi = i;
+    }
+  }
+  if (low_hi < 0 || high_lo < 0) {  // everything or nothing chosen: the only selection there is
+    j.admissible = true;
+    return j;
+  }
+  // A NaN end compares false both ways: such a row is never admissible.
+  j.admissible = row[static_cast<size_t>(high_lo)].lo <= row[static_cast<size_t>(low_hi)].hi;
+  if (!j.admissible) {
+    j.in = low_hi;
+    j.out = high_lo;
+    return j;
+  }
+  j.contested = row[static_cast<size_t>(high_hi)].hi >= row[static_cast<size_t>(low_lo)].lo;
+  if (j.contested) {
+    j.in = low_lo;
+    j.out = high_hi;
+  }
+  return j;
+}
+
 }  // namespace ced::bounds

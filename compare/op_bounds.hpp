@@ -60,6 +60,19 @@ struct BoundJudgement {
 };
 BoundJudgement judge_within(std::span<const double> results, std::span<const BoundedValue> bounds);
 
+// A top-k selection judged against score intervals (docs/sound-bounds.md §9): `chosen` (k distinct indices
+// into one row) is admissible when some values inside the intervals make it the k largest, ties included:
+// no entry left out has its lower end above a chosen entry's upper end. `contested` when another
+// selection is admissible too (a left-out entry's upper end reaches a chosen entry's lower end): a
+// near-tie, where either choice is some legitimate implementation's.
+struct TopkJudgement {
+  bool admissible = false;
+  bool contested = false;
+  int64_t in = -1, out = -1;  // inadmissible: the chosen and the left-out entry that prove it;
+                              // contested: a pair that could trade places
+};
+TopkJudgement judge_topk(std::span<const Interval> row, std::span<const int64_t> chosen);
+
 // Significant bits of x's binary significand (0 for zero, infinities and NaN count as 64): whether
 // products of x are exact in a format.
 int significant_bits(double x);

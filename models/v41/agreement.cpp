@@ -7,12 +7,15 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include "model/error.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/forward_ops.hpp"
+#include "models/v41/router_bounds.hpp"
 
 namespace ced::v41 {
 namespace {
@@ -122,10 +125,13 @@ void v41_judge(V41TensorAgreement& r) {
     return;
   }
   if (!r.bound_model.empty()) {  // derived bounds, not a budget: any value outside its interval fails
-    if (!r.notes.empty()) r.failure = r.notes.front();
+    if (r.n == 0 && !r.notes.empty()) r.failure = r.notes.front();  // nothing compared: a shape mismatch
+    else if (r.outside > 0 && r.rows_compared)
+      r.failure = fmt::format("{} of {} selections (both sides) no score inside its interval admits ({}), the first at {}",
+                              r.outside, 2 * r.n, r.bound_model, r.outside_at);
     else if (r.outside > 0)
-      r.failure = fmt::format("{} of {} values outside their admissible interval ({}), the first at {}", r.outside,
-                              2 * r.n, r.bound_model, r.outside_at);
+      r.failure = fmt::format("{} of {} values (both sides) outside their admissible interval ({}), the first at {}",
+                              r.outside, 2 * r.n, r.bound_model, r.outside_at);
     return;
   }
   if (r.kind == "logits (end to end)" || r.kind == "decode logits (end to end)") {
@@ -219,6 +225,57 @@ struct Gate {
     bounded(-1, prefix + "logits (forced normed)", ours, logits,
             bounds::linear_bounds(normed, N, c.dim, model.head_weight(), c.vocab_size, *bounds, 24), c.vocab_size);
   }
+  // The router on the official's ffn_x: each side's selection judged admissible under the score intervals,
+  // each side's route weights under its own selection (docs/sound-bounds.md §9); budgets where the router
+  // is not one the derivation covers, or in the f64 regime.
+  void router(int64_t l, const std::string& prefix, std::span<const double> ffn_x, int64_t N, const V41LayerCapture& ours,
+              const V41LayerCapture& o) {
+    const V41Config& c = model.config();
+    std::optional<V41RouterBounds> rb;
+    if (bounds && !o.experts.empty())
+      rb = v41_router_bounds(c, ffn_x, N, model.gate_weight(l), model.gate_bias(l), *bounds);
+    if (!rb) {
+      lists(l, prefix + "experts (forced x)", ours.experts, o.experts, {}, 0, N);
+      if (!o.expert_weights.empty()) values(l, prefix + "expert_weights (forced x)", ours.expert_weights, o.expert_weights);
+      return;
+    }
+    const int64_t K = c.n_activated_experts, E = c.n_routed_experts;
+    const std::vector<int64_t> mine(ours.experts.begin(), ours.experts.end()), theirs(o.experts.begin(), o.experts.end());
+    const std::string placed = fmt::format("layer {}{}", l, step);
+    V41TensorAgreement& r = row(l, prefix + "experts (forced x)");
+    v41_compare_rows(r, mine, theirs, N, {}, 0);
+    r.bound_model = bounds->name();
+    if (r.n > 0 && mine.size() == theirs.size() && theirs.size() == static_cast<size_t>(N * K))
+      for (const auto& [side, sel] : {std::pair{"official", &theirs}, std::pair{"ours", &mine}})
+        for (int64_t t = 0; t < N; ++t) {
+          const auto scores = std::span<const bounds::Interval>(rb->biased).subspan(static_cast<size_t>(t * E), static_cast<size_t>(E));
+          const auto chosen = std::span<const int64_t>(*sel).subspan(static_cast<size_t>(t * K), static_cast<size_t>(K));
+          const bounds::TopkJudgement j = bounds::judge_topk(scores, chosen);
+          if (!j.admissible && r.outside++ == 0)
+            r.outside_at = j.in < 0 ? fmt::format("{} row {}: {} chose an expert twice or out of range", placed, t, side)
+                                    : fmt::format("{} row {}: {} chose expert {} (score at most {:.9g}) over expert {} (at least {:.9g})",
+                                                  placed, t, side, j.in, scores[static_cast<size_t>(j.in)].hi, j.out,
+                                                  scores[static_cast<size_t>(j.out)].lo);
+          if (j.admissible && j.contested && side == std::string("official") && r.straddled++ == 0)
+            r.bound_use_at = fmt::format("{} row {}: experts {} and {} could trade places", placed, t, j.in, j.out);
+        }
+    v41_judge(r);
+    if (o.expert_weights.empty()) return;
+    V41TensorAgreement& w = row(l, prefix + "expert_weights (forced x)");
+    v41_compare_values(w, ours.expert_weights, o.expert_weights, placed);
+    auto admissible = [&](const std::vector<int64_t>& sel) {
+      std::vector<bounds::BoundedValue> out;
+      for (int64_t t = 0; t < N && sel.size() == static_cast<size_t>(N * K); ++t)
+        for (const bounds::Interval& iv : v41_route_weight_bounds(
+                 c, *rb, t, std::span<const int64_t>(sel).subspan(static_cast<size_t>(t * K), static_cast<size_t>(K)), *bounds)) {
+          const double mid = (iv.lo + iv.hi) / 2;
+          out.push_back({mid, iv, bounds::rounded_nearest(mid, mid, 24).lo});
+        }
+      return out;
+    };
+    v41_compare_bounds(w, ours.expert_weights, o.expert_weights, admissible(mine), admissible(theirs), bounds->name(), placed);
+    v41_judge(w);
+  }
   // rows: of both lists (0: the prefill's N).
   template <class A, class B>
   void lists(int64_t layer, const std::string& kind, const std::vector<A>& ours, const std::vector<B>& official,
@@ -285,8 +342,7 @@ void teacher_forced(Gate& g) {
     V41LayerCapture sm;
     const std::vector<double> mo = m.moe(l, o.ffn_x, N, sm);
     g.values(l, "ffn_out (forced x)", mo, o.ffn_out, c.dim);
-    g.lists(l, "experts (forced x)", sm.experts, o.experts, {}, 0);
-    g.values(l, "expert_weights (forced x)", sm.expert_weights, o.expert_weights);
+    g.router(l, "", o.ffn_x, N, sm, o);
     if (l + 1 < L) {
       g.values(l, "out", ours.out, official_input(off.result, m.plan(), l + 1), c.dim);
       g.values(l, "ffn_pre", ours.ffn_pre, off.result.layers[static_cast<size_t>(l + 1)].pre_mix);
@@ -373,7 +429,7 @@ void decode_teacher_forced(Gate& g) {
       g.values(l, "decode attn_out (forced x)", ao, o.attn_out, c.dim);
       V41LayerCapture sm;
       g.values(l, "decode ffn_out (forced x)", m.moe(l, o.ffn_x, 1, sm), o.ffn_out, c.dim);
-      g.lists(l, "decode experts (forced x)", sm.experts, o.experts, {}, 0, 1);
+      g.router(l, "decode ", o.ffn_x, 1, sm, o);
       const V41LayerCapture ours = m.decode_layer(l, input, o.pre_mix, o.hash_ids, st);
       if (l + 1 < L) {
         g.values(l, "decode out", ours.out, official_input(os, m.plan(), l + 1), c.dim);
@@ -449,13 +505,21 @@ void v41_compare_values(V41TensorAgreement& s, std::span<const double> ours, std
 void v41_compare_bounds(V41TensorAgreement& s, std::span<const double> ours, std::span<const double> official,
                         std::span<const bounds::BoundedValue> admissible, const std::string& bound_model,
                         const std::string& at) {
+  v41_compare_bounds(s, ours, official, admissible, admissible, bound_model, at);
+}
+
+void v41_compare_bounds(V41TensorAgreement& s, std::span<const double> ours, std::span<const double> official,
+                        std::span<const bounds::BoundedValue> admissible_ours,
+                        std::span<const bounds::BoundedValue> admissible_official, const std::string& bound_model,
+                        const std::string& at) {
   s.bound_model = bound_model;
-  if (official.size() != admissible.size() || ours.size() != admissible.size()) {
-    s.notes.push_back(fmt::format("{} {}: {} values here, {} in the official run, {} intervals", s.kind, at, ours.size(),
-                                  official.size(), admissible.size()));
+  if (official.size() != admissible_official.size() || ours.size() != admissible_ours.size()) {
+    s.notes.push_back(fmt::format("{} {}: {} values here, {} in the official run, {} and {} intervals", s.kind, at,
+                                  ours.size(), official.size(), admissible_ours.size(), admissible_official.size()));
     return;
   }
-  for (const auto& [side, values] : {std::pair{"official", official}, std::pair{"ours", ours}}) {
+  for (const auto& [side, values, admissible] :
+       {std::tuple{"official", official, admissible_official}, std::tuple{"ours", ours, admissible_ours}}) {
     const bounds::BoundJudgement j = bounds::judge_within(values, admissible);
     if (j.outside > 0 && s.outside == 0) {
       const auto i = static_cast<size_t>(j.first_outside);
@@ -547,6 +611,9 @@ namespace {
 
 // A row within its derived bounds: how much of them it used, and where a rounding boundary lay inside.
 std::string bound_verdict(const V41TensorAgreement& r) {
+  if (r.rows_compared)
+    return fmt::format("admissible ({}){}", r.bound_model,
+                       r.straddled ? fmt::format("; {} near-ties, the first at {}", r.straddled, r.bound_use_at) : "");
   if (r.equal == r.n) return fmt::format("bitwise (within bounds: {})", r.bound_model);
   std::string s = fmt::format("within bounds ({}): at most {:.1f} % of an interval used, at {}", r.bound_model,
                               100 * r.max_bound_use, r.bound_use_at);

@@ -64,6 +64,11 @@ V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, co
 void v41_compare_bounds(V41TensorAgreement& row, std::span<const double> ours, std::span<const double> official,
                         std::span<const bounds::BoundedValue> admissible, const std::string& bound_model,
                         const std::string& at);
+// The same where each side's intervals are its own (route weights under each side's own selection).
+void v41_compare_bounds(V41TensorAgreement& row, std::span<const double> ours, std::span<const double> official,
+                        std::span<const bounds::BoundedValue> admissible_ours,
+                        std::span<const bounds::BoundedValue> admissible_official, const std::string& bound_model,
+                        const std::string& at);
 
 // The checkpoint a golden file ran, made again: the built-in its config names, `ced export`'s random
 // weights of its weight seed, and the boosts its provenance records ("TENSOR=K,..."); InputError when

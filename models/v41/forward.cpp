@@ -305,6 +305,13 @@ std::vector<double> V41Model::attention(int64_t layer, std::span<const double> x
   return fwd::attention_forward(L, x, shared, cap);
 }
 
+std::span<const double> V41Model::gate_weight(int64_t layer) const {
+  return layers_.at(static_cast<size_t>(layer))->gate.w;
+}
+std::span<const double> V41Model::gate_bias(int64_t layer) const {
+  return layers_.at(static_cast<size_t>(layer))->gate_bias;
+}
+
 std::vector<double> V41Model::moe(int64_t layer, std::span<const double> x, int64_t N, V41LayerCapture& cap) const {
   const fwd::Arith a(regime_);
   const fwd::RopeTable none;

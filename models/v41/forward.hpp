@@ -251,6 +251,9 @@ class V41Model {
   // bounds of the head (docs/sound-bounds.md §7).
   std::span<const double> final_norm_weight() const { return norm_; }
   std::span<const double> head_weight() const { return head_; }
+  // A layer's router (its gate's [n_routed_experts, dim] weight and its bias), for the gate's router bounds.
+  std::span<const double> gate_weight(int64_t layer) const;
+  std::span<const double> gate_bias(int64_t layer) const;
   // The switches of what the release leaves open, for every later forward.
   void set_options(const V41Options& o) { options_ = o; }
   const V41Options& options() const { return options_; }
