@@ -19,6 +19,7 @@
 #include "models/v41/forward.hpp"
 #include "models/v41/run_file.hpp"
 #include "unit-tests/legit_orders.hpp"
+#include "unit-tests/v41_golden_each.hpp"
 #include "unit-tests/v41_test_model.hpp"
 
 using namespace ced;
@@ -69,20 +70,14 @@ void judge_heads(const V41Model& m, std::span<const double> collapsed, std::span
 
 TEST(V41HeadBounds, OtherLegitimateHeadsFedTheOfficialsInputsPassOnEveryGoldenFile) {
   Tally t;
-  int64_t files = 0;
-  for (const auto& e : fs::directory_iterator(kGolden)) {
-    if (e.path().extension() != ".h5") continue;
-    ++files;
-    const V41RunFile f = read_v41_run_file(e.path());
-    const V41Checkpoint ck = v41_golden_checkpoint(f);
-    const V41Model m(ck.config, ck.weights, f.regime);
-    const std::string name = e.path().filename().string();
+  const int64_t files = ced::v41::testing::for_each_v41_golden(kGolden, [&](const fs::path& p, const V41RunFile& f, const V41Model& m) {
+    const std::string name = p.filename().string();
     judge_heads(m, f.result.final_collapsed, f.result.final_normed, f.result.N, name, t);
     if (f.decode)
       for (size_t s = 0; s < f.decode->steps.size(); ++s)
         judge_heads(m, f.decode->steps[s].final_collapsed, f.decode->steps[s].final_normed, 1,
                     name + " step " + std::to_string(s), t);
-  }
+  });
   EXPECT_GE(files, 15);
   EXPECT_EQ(t.outside, 0) << "first at " << t.first;
   EXPECT_GT(t.judged, 1'900'000);  // 1 965 312 values: 15 files, their decode steps, 6 heads each

@@ -20,6 +20,7 @@
 #include "models/v41/router_bounds.hpp"
 #include "models/v41/run_file.hpp"
 #include "unit-tests/legit_orders.hpp"
+#include "unit-tests/v41_golden_each.hpp"
 
 using namespace ced;
 using namespace ced::v41;
@@ -74,13 +75,8 @@ Routed route_with(const Sum& order, bool threshold, bool reciprocal, const V41Co
 }  // namespace
 
 TEST(V41RouterBounds, RoutersWrittenOtherWaysChooseAdmissiblyWithWeightsInsideOnEveryGoldenFile) {
-  int64_t rows = 0, weights = 0, files = 0;
-  for (const auto& entry : fs::directory_iterator(kGolden)) {
-    if (entry.path().extension() != ".h5") continue;
-    ++files;
-    const V41RunFile f = read_v41_run_file(entry.path());
-    const V41Checkpoint ck = v41_golden_checkpoint(f);
-    const V41Model m(ck.config, ck.weights, f.regime);
+  int64_t rows = 0, weights = 0;
+  const int64_t files = ced::v41::testing::for_each_v41_golden(kGolden, [&](const fs::path& path, const V41RunFile& f, const V41Model& m) {
     const V41Config& c = m.config();
     for (int64_t l = 0; l < c.n_layers; ++l) {
       const auto& x = f.result.layers[static_cast<size_t>(l)].ffn_x;
@@ -95,17 +91,17 @@ TEST(V41RouterBounds, RoutersWrittenOtherWaysChooseAdmissiblyWithWeightsInsideOn
         for (int64_t t = 0; t < N; ++t) {
           const std::span<const int64_t> sel(r.experts.data() + t * K, static_cast<size_t>(K));
           const auto j = judge_topk(std::span<const Interval>(b->biased).subspan(static_cast<size_t>(t * E), static_cast<size_t>(E)), sel);
-          EXPECT_TRUE(j.admissible) << entry.path().filename() << " layer " << l << " row " << t << " " << name;
+          EXPECT_TRUE(j.admissible) << path.filename() << " layer " << l << " row " << t << " " << name;
           const auto iv = v41_route_weight_bounds(c, *b, t, sel, {});
           for (int64_t k = 0; k < K; ++k)
             EXPECT_TRUE(iv[static_cast<size_t>(k)].contains(r.weights[static_cast<size_t>(t * K + k)]))
-                << entry.path().filename() << " layer " << l << " row " << t << " " << name << " weight " << k;
+                << path.filename() << " layer " << l << " row " << t << " " << name << " weight " << k;
           ++rows;
           weights += K;
         }
       }
     }
-  }
+  });
   EXPECT_GE(files, 15);
   EXPECT_GT(rows, 5000);
   RecordProperty("rows", std::to_string(rows));
