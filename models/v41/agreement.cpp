@@ -575,7 +575,8 @@ const V41TensorAgreement* V41Agreement::first_failure() const {
   return nullptr;
 }
 
-V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, const bounds::BoundModel& bounds) {
+V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, const bounds::BoundModel& bounds,
+                           bool use_bounds) {
   if (model.regime() != official.regime)
     throw InputError(fmt::format("v41 gate: the model runs the {} regime, the run file is of the {} regime",
                                  v41_regime_name(model.regime()), v41_regime_name(official.regime)));
@@ -584,7 +585,7 @@ V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, co
     throw InputError("v41 gate: the reference run file was made with non-default switches; the official code has none");
   if (static_cast<int64_t>(official.result.layers.size()) != model.config().n_layers)
     throw InputError("v41 gate: the run file's layers are not the model's");
-  Gate g{model, official, v41_checkpoint_hashing(model.config()), {}, "", official.regime == V41Regime::f64 ? nullptr : &bounds, ""};
+  Gate g{model, official, v41_checkpoint_hashing(model.config()), {}, "", official.regime == V41Regime::f64 || !use_bounds ? nullptr : &bounds, ""};
   teacher_forced(g);
   end_to_end(g);
   if (official.decode) {

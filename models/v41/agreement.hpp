@@ -56,8 +56,10 @@ struct V41Agreement {
 
 // Compares the model (its config and weights must be the run file's: the caller checks the digest)
 // with the official run file, both passes. The model's regime is the file's. The head (final_normed and
-// the logits, forced) is judged by bounds under `bounds` in the bf16 and release regimes.
-V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, const bounds::BoundModel& bounds = {});
+// the logits, forced) and the router are judged by bounds under `bounds` in the bf16 and release regimes;
+// use_bounds false judges every kind by its measured budget (the gate before the bounds, for comparison).
+V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, const bounds::BoundModel& bounds = {},
+                           bool use_bounds = true);
 
 // Fills a row's bound fields: each of `ours` and `official` against its admissible interval (the
 // official's judged first; `at` places the element).

@@ -3,7 +3,9 @@
 // table of the README and docs/v41.md; -v also prints each file's table, row by row; --tsv prints
 // instead one tab-separated line per judged row (pass, layer, kind, judged by bounds, a budget or
 // reported only, ok or FAIL, the failure or the bound used), for sweeps (scripts/v41-soundness-sweep.sh):
-//   v41_agreement_summary [-v | --tsv] golden/v41 | FILE.h5...
+// --budgets-only judges every kind by its measured budget, as the gate did before its derived bounds
+// (for comparison and the cost ratio of docs/sound-bounds.md §8):
+//   v41_agreement_summary [-v | --tsv] [--budgets-only] golden/v41 | FILE.h5...
 // Exit 0 when every file is within every budget, 1 when one is not, 2 on bad input.
 #include <fmt/format.h>
 
@@ -30,13 +32,14 @@ struct Total {
 std::string tsv_line(const V41TensorAgreement& r) {
   const char* by = !r.bound_model.empty() ? "bounds" : v41_budget_reason(r.kind) == "reported, not judged" ? "reported" : "budget";
   std::string detail = !r.failure.empty() ? r.failure
+                       : !r.bound_model.empty() && r.rows_compared ? fmt::format("{} near-ties admitted{}{}", r.straddled, r.straddled ? ", the first at " : "", r.bound_use_at)
                        : !r.bound_model.empty() ? fmt::format("{:.3g} of an interval used at most, at {}", r.max_bound_use, r.bound_use_at)
                                                 : fmt::format("{:.3g} bf16 ulps, {:.4g} fp32 ulps, max |d| {:.3g}", r.max_ulp16, r.max_ulp32, r.max_abs);
   std::replace_if(detail.begin(), detail.end(), [](char c) { return c == '\t' || c == '\n'; }, ' ');
   return fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", r.pass, r.layer, r.kind, by, r.failure.empty() ? "ok" : "FAIL", detail);
 }
 
-int run(const std::vector<std::filesystem::path>& args, bool verbose, bool tsv) {
+int run(const std::vector<std::filesystem::path>& args, bool verbose, bool tsv, bool use_bounds) {
   std::vector<std::filesystem::path> files;
   for (const auto& a : args) {
     if (!std::filesystem::is_directory(a)) {
@@ -57,7 +60,7 @@ int run(const std::vector<std::filesystem::path>& args, bool verbose, bool tsv) 
     const V41RunFile f = read_v41_run_file(p);
     const V41Checkpoint ck = v41_golden_checkpoint(f);
     const V41Model model(ck.config, ck.weights, f.regime);
-    const V41Agreement a = v41_agreement(model, f);
+    const V41Agreement a = v41_agreement(model, f, {}, use_bounds);
     if (verbose) fmt::print("\n== {} ({}, N = {})\n{}", p.string(), v41_regime_name(f.regime), f.tokens.size(),
                             v41_agreement_table(a));
     if (tsv)
@@ -110,18 +113,19 @@ int run(const std::vector<std::filesystem::path>& args, bool verbose, bool tsv) 
 
 int main(int argc, char** argv) {
   std::vector<std::filesystem::path> args;
-  bool verbose = false, tsv = false;
+  bool verbose = false, tsv = false, use_bounds = true;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "-v") verbose = true;
     else if (std::string(argv[i]) == "--tsv") tsv = true;
+    else if (std::string(argv[i]) == "--budgets-only") use_bounds = false;
     else args.emplace_back(argv[i]);
   }
   if (args.empty() || (verbose && tsv)) {
-    fmt::print(stderr, "usage: v41_agreement_summary [-v | --tsv] GOLDEN_DIR | FILE.h5...\n");
+    fmt::print(stderr, "usage: v41_agreement_summary [-v | --tsv] [--budgets-only] GOLDEN_DIR | FILE.h5...\n");
     return 2;
   }
   try {
-    return run(args, verbose, tsv);
+    return run(args, verbose, tsv, use_bounds);
   } catch (const std::exception& e) {
     fmt::print(stderr, "v41_agreement_summary: {}\n", e.what());
     return 2;
