@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 
@@ -41,6 +42,21 @@ BoundedValue result_in(double value, double lo, double hi, double scale, int out
 std::string BoundModel::name() const {
   return fmt::format("{}, functions within {} ulps{}", accumulation.name(), function_ulps,
                      scale == 1 ? "" : fmt::format(", bounds scaled by {}", scale));
+}
+
+BoundModel parse_bound_model(const std::string& accumulation, double function_ulps) {
+  BoundModel m;
+  if (!(function_ulps >= 0.5 && function_ulps <= 1e6))
+    throw InputError(fmt::format("bound model: functions within {} ulps: at least 0.5 (correctly rounded)", function_ulps));
+  m.function_ulps = function_ulps;
+  if (accumulation == "fp32") return m;
+  int bits = 0;
+  long long interval = 0;
+  char tail = 0;
+  if (std::sscanf(accumulation.c_str(), "tensor-core:%d:%lld%c", &bits, &interval, &tail) != 2)
+    throw InputError(fmt::format("bound model: accumulation '{}' is neither fp32 nor tensor-core:BITS:INTERVAL", accumulation));
+  m.accumulation = AccumulationModel::tensor_core(bits, interval);
+  return m;
 }
 
 int significant_bits(double x) {

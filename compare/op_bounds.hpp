@@ -24,6 +24,10 @@ struct BoundModel {
   std::string name() const;  // "fp32, functions within 2 ulps"
 };
 
+// A bound model as a user names it: accumulation "fp32" or "tensor-core:BITS:INTERVAL" (Hopper's FP8:
+// tensor-core:14:128), functions within `function_ulps` (at least 0.5). InputError on anything else.
+BoundModel parse_bound_model(const std::string& accumulation, double function_ulps = 2);
+
 // One element of an op's output as the reference sees it: its exact value in f64 (before the output
 // rounding) and the results any implementation of the model may produce.
 struct BoundedValue {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "compare/op_bounds.hpp"
+#include "model/error.hpp"
 #include "unit-tests/legit_orders.hpp"
 
 using namespace ced::bounds;
@@ -152,4 +153,16 @@ TEST(OpBounds, RoundingToTheGridIsNearestEvenInwardAndOutwardAsNamed) {
   EXPECT_EQ(significant_bits(0.0), 0);
   EXPECT_EQ(significant_bits(1 + 0x1p-7), 8);  // the widest bf16 significand
   EXPECT_EQ(significant_bits(std::numeric_limits<double>::infinity()), 64);
+}
+
+TEST(OpBounds, ABoundModelIsNamedAsAUserWritesItAndAnythingElseIsRefused) {
+  EXPECT_EQ(parse_bound_model("fp32").name(), "fp32, functions within 2 ulps");
+  const BoundModel hopper = parse_bound_model("tensor-core:14:128", 1);
+  EXPECT_EQ(hopper.accumulation.kind, AccumulationModel::Kind::tensor_core);
+  EXPECT_EQ(hopper.accumulation.accumulator_bits, 14);
+  EXPECT_EQ(hopper.accumulation.promotion_interval, 128);
+  EXPECT_EQ(hopper.function_ulps, 1);
+  for (const char* bad : {"fp16", "tensor-core:14", "tensor-core:14:128x", "tensor-core:40:128", "tensor-core:14:0", ""})
+    EXPECT_THROW(parse_bound_model(bad), ced::InputError) << bad;
+  EXPECT_THROW(parse_bound_model("fp32", 0.25), ced::InputError);
 }
