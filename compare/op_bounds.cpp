@@ -91,6 +91,30 @@ std::vector<BoundedValue> linear_bounds(std::span<const double> x, int64_t M, in
   return out;
 }
 
+std::vector<BoundedValue> linear_bounds(std::span<const double> x_lo, std::span<const double> x_hi, int64_t M, int64_t K,
+                                        std::span<const double> w, int64_t Nout, const BoundModel& model, int out_bits) {
+  if (M < 0 || K < 1 || Nout < 0 || x_lo.size() != static_cast<size_t>(M * K) || x_hi.size() != x_lo.size() ||
+      w.size() != static_cast<size_t>(Nout * K))
+    throw InputError(fmt::format("linear bounds: x has {} and {} values for [{}, {}], w {} for [{}, {}]", x_lo.size(),
+                                 x_hi.size(), M, K, w.size(), Nout, K));
+  const bool exact = std::max(max_bits(x_lo), max_bits(x_hi)) + max_bits(w) <= 24;
+  const ConstMap L(x_lo.data(), M, K), H(x_hi.data(), M, K), W(w.data(), Nout, K);
+  const Matrix Wp = W.cwiseMax(0.0).transpose(), Wn = W.cwiseMin(0.0).transpose();
+  // Each term's least and largest value: x_lo·w⁺ + x_hi·w⁻ and x_hi·w⁺ + x_lo·w⁻ (one of each pair is 0).
+  const Matrix low = L * Wp + H * Wn, high = H * Wp + L * Wn;
+  const Matrix abs_sum = L.cwiseAbs().cwiseMax(H.cwiseAbs()) * W.cwiseAbs().transpose();
+  const double ref_rel = gamma(K, kU64);
+  std::vector<BoundedValue> out(static_cast<size_t>(M * Nout));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t j = 0; j < Nout; ++j) {
+      const double a = abs_sum(m, j), e = sum_error_bound(K, a, model.accumulation, exact) + ref_rel * a;
+      const double mid = (low(m, j) + high(m, j)) / 2;
+      // The midpoint's deviations to each end, scaled by `scale` with the error bound.
+      out[static_cast<size_t>(m * Nout + j)] = result_in(mid, low(m, j) - e, high(m, j) + e, model.scale, out_bits);
+    }
+  return out;
+}
+
 std::vector<BoundedValue> rmsnorm_bounds(std::span<const double> x, int64_t n, std::span<const double> w, double eps,
                                          const BoundModel& model, int out_bits) {
   if (n < 1 || x.size() % static_cast<size_t>(n) != 0 || w.size() != static_cast<size_t>(n) || !(eps >= 0))

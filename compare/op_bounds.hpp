@@ -42,6 +42,12 @@ struct BoundedValue {
 std::vector<BoundedValue> linear_bounds(std::span<const double> x, int64_t M, int64_t K, std::span<const double> w,
                                         int64_t Nout, const BoundModel& model, int out_bits);
 
+// The same over inputs known only as intervals [x_lo, x_hi] (an earlier op's admissible results, chained):
+// the exact sum ranges over Σ min/max(x_lo·w, x_hi·w), and the implementation's error is bounded over
+// Σ max(|x_lo|, |x_hi|)·|w|. `value` is the midpoint of the exact range.
+std::vector<BoundedValue> linear_bounds(std::span<const double> x_lo, std::span<const double> x_hi, int64_t M, int64_t K,
+                                        std::span<const double> w, int64_t Nout, const BoundModel& model, int out_bits);
+
 // y = w·x / sqrt(mean(x²) + eps) over rows of n (x [rows, n], w [n]) in fp32, rounded to `out_bits`:
 // the release's RMSNorm (x.square().mean() + eps, rsqrt, x·r, w·(x·r), cast). Any order of the two
 // products, eps as given or rounded to fp32, and 1/sqrt, rsqrt or a division are covered.

@@ -166,3 +166,28 @@ TEST(OpBounds, ABoundModelIsNamedAsAUserWritesItAndAnythingElseIsRefused) {
     EXPECT_THROW(parse_bound_model(bad), ced::InputError) << bad;
   EXPECT_THROW(parse_bound_model("fp32", 0.25), ced::InputError);
 }
+
+TEST(LinearBounds, OverIntervalInputsTheyHoldEveryPointOfTheIntervalsInEveryOrderAndEqualThePointBoundsOnPoints) {
+  std::mt19937 g(21);
+  const int64_t M = 4, K = 257, Nout = 6;
+  const auto x = random_bf16(static_cast<size_t>(M * K), g), w = random_bf16(static_cast<size_t>(Nout * K), g, 0.1);
+  // Points: the same intervals as the point overload.
+  const auto point = linear_bounds(x, M, K, w, Nout, {}, 24), same = linear_bounds(x, x, M, K, w, Nout, {}, 24);
+  for (size_t i = 0; i < point.size(); ++i) {
+    EXPECT_EQ(point[i].admissible.lo, same[i].admissible.lo) << i;
+    EXPECT_EQ(point[i].admissible.hi, same[i].admissible.hi) << i;
+  }
+  // Each input one bf16 step wide: any bf16 values inside, summed in any order, are admissible.
+  std::vector<double> lo(x.size()), hi(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    lo[i] = x[i];
+    hi[i] = bf16(static_cast<float>(std::nextafter(static_cast<float>(x[i]), 1e9f) + std::fabs(x[i]) * 0x1p-8));
+  }
+  const auto b = linear_bounds(lo, hi, M, K, w, Nout, {}, 24);
+  for (int pick = 0; pick < 3; ++pick) {
+    std::vector<double> v(x.size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = pick == 0 ? lo[i] : pick == 1 ? hi[i] : (g() % 2 ? lo[i] : hi[i]);
+    for (const Sum& order : {Sum(forward), Sum(reversed), Sum(pairwise), Sum(lanes8)})
+      EXPECT_EQ(judge_within(linear_with(order, v, M, K, w, Nout), b).outside, 0) << "pick " << pick;
+  }
+}

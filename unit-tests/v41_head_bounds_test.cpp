@@ -135,3 +135,27 @@ TEST(V41HeadBounds, TheGatePassesAHeadComputedInAnotherOrderAndFailsOneOffByABf1
   EXPECT_NE(bad.failure.find("outside their admissible interval"), std::string::npos) << bad.failure;
   EXPECT_EQ(bad.outside, 1);
 }
+
+// An engine that shows only its head's logits on the official's final collapse (the Python gate's
+// forcing): the final norm's admissible values chained into the projection admit ours and the official's
+// on every golden file; one official logit 1 % off fails.
+TEST(V41HeadBounds, TheHeadOnTheFinalCollapseAdmitsBothSidesOnEveryGoldenFileAndRefusesALogitOnePercentOff) {
+  int64_t judged = 0;
+  ced::v41::testing::for_each_v41_golden(kGolden, [&](const fs::path& p, const V41RunFile& f, const V41Model& m) {
+    V41ForwardResult h;
+    m.head_collapsed(f.result.final_collapsed, f.result.N, h);
+    V41TensorAgreement r;
+    r.kind = "logits (forced collapsed)";
+    v41_judge_head_collapsed(m, f.result.final_collapsed, f.result.N, h.logits, f.result.logits, {}, "", r);
+    EXPECT_EQ(r.failure, "") << p.filename();
+    judged += r.n;
+    if (p.filename() != "tiny-fp8-n17.h5") return;
+    std::vector<double> off = f.result.logits;
+    off[40] *= 1.01;
+    V41TensorAgreement bad;
+    bad.kind = "logits (forced collapsed)";
+    v41_judge_head_collapsed(m, f.result.final_collapsed, f.result.N, h.logits, off, {}, "", bad);
+    EXPECT_NE(bad.failure.find("outside their admissible interval"), std::string::npos) << bad.failure;
+  });
+  EXPECT_GT(judged, 200'000);
+}

@@ -175,15 +175,16 @@ struct Gate {
 
   std::string step;  // ", step S" in the decode passes, whose rows gather every step's comparison
 
-  V41TensorAgreement& row(int64_t layer, const std::string& kind) {
-    for (auto& r : out.rows)
-      if (r.pass == pass && r.layer == layer && r.kind == kind) return r;
+  V41TensorAgreement& row(int64_t layer, const std::string& kind) { return out.rows[index_of(layer, kind)]; }
+  size_t index_of(int64_t layer, const std::string& kind) {
+    for (size_t i = 0; i < out.rows.size(); ++i)
+      if (out.rows[i].pass == pass && out.rows[i].layer == layer && out.rows[i].kind == kind) return i;
     out.rows.push_back({});
     V41TensorAgreement& r = out.rows.back();
     r.pass = pass;
     r.layer = layer;
     r.kind = kind;
-    return r;
+    return out.rows.size() - 1;
   }
   // row_len > 0: an activation, its bf16 ulps in spacings of max(|element|, its row's RMS) (Budget).
   void values(int64_t layer, const std::string& kind, std::span<const double> ours, std::span<const double> official,
@@ -230,51 +231,19 @@ struct Gate {
   // is not one the derivation covers, or in the f64 regime.
   void router(int64_t l, const std::string& prefix, std::span<const double> ffn_x, int64_t N, const V41LayerCapture& ours,
               const V41LayerCapture& o) {
-    const V41Config& c = model.config();
-    std::optional<V41RouterBounds> rb;
-    if (bounds && !o.experts.empty())
-      rb = v41_router_bounds(c, ffn_x, N, model.gate_weight(l), model.gate_bias(l), *bounds);
-    if (!rb) {
-      lists(l, prefix + "experts (forced x)", ours.experts, o.experts, {}, 0, N);
-      if (!o.expert_weights.empty()) values(l, prefix + "expert_weights (forced x)", ours.expert_weights, o.expert_weights);
-      return;
+    if (bounds && !o.experts.empty()) {
+      const std::vector<int64_t> mine(ours.experts.begin(), ours.experts.end()), theirs(o.experts.begin(), o.experts.end());
+      // Both rows first (row() may grow the table), then references to them.
+      const size_t e = index_of(l, prefix + "experts (forced x)");
+      const size_t w = o.expert_weights.empty() ? e : index_of(l, prefix + "expert_weights (forced x)");
+      if (v41_judge_router(model, l, ffn_x, N, mine, ours.expert_weights, theirs, o.expert_weights, *bounds,
+                           fmt::format("layer {}{}", l, step), out.rows[e], o.expert_weights.empty() ? nullptr : &out.rows[w]))
+        return;
+      out.rows.erase(out.rows.begin() + static_cast<std::ptrdiff_t>(std::max(e, w)));  // not covered: budgets judge
+      if (w != e) out.rows.erase(out.rows.begin() + static_cast<std::ptrdiff_t>(std::min(e, w)));
     }
-    const int64_t K = c.n_activated_experts, E = c.n_routed_experts;
-    const std::vector<int64_t> mine(ours.experts.begin(), ours.experts.end()), theirs(o.experts.begin(), o.experts.end());
-    const std::string placed = fmt::format("layer {}{}", l, step);
-    V41TensorAgreement& r = row(l, prefix + "experts (forced x)");
-    v41_compare_rows(r, mine, theirs, N, {}, 0);
-    r.bound_model = bounds->name();
-    if (r.n > 0 && mine.size() == theirs.size() && theirs.size() == static_cast<size_t>(N * K))
-      for (const auto& [side, sel] : {std::pair{"official", &theirs}, std::pair{"ours", &mine}})
-        for (int64_t t = 0; t < N; ++t) {
-          const auto scores = std::span<const bounds::Interval>(rb->biased).subspan(static_cast<size_t>(t * E), static_cast<size_t>(E));
-          const auto chosen = std::span<const int64_t>(*sel).subspan(static_cast<size_t>(t * K), static_cast<size_t>(K));
-          const bounds::TopkJudgement j = bounds::judge_topk(scores, chosen);
-          if (!j.admissible && r.outside++ == 0)
-            r.outside_at = j.in < 0 ? fmt::format("{} row {}: {} chose an expert twice or out of range", placed, t, side)
-                                    : fmt::format("{} row {}: {} chose expert {} (score at most {:.9g}) over expert {} (at least {:.9g})",
-                                                  placed, t, side, j.in, scores[static_cast<size_t>(j.in)].hi, j.out,
-                                                  scores[static_cast<size_t>(j.out)].lo);
-          if (j.admissible && j.contested && side == std::string("official") && r.straddled++ == 0)
-            r.bound_use_at = fmt::format("{} row {}: experts {} and {} could trade places", placed, t, j.in, j.out);
-        }
-    v41_judge(r);
-    if (o.expert_weights.empty()) return;
-    V41TensorAgreement& w = row(l, prefix + "expert_weights (forced x)");
-    v41_compare_values(w, ours.expert_weights, o.expert_weights, placed);
-    auto admissible = [&](const std::vector<int64_t>& sel) {
-      std::vector<bounds::BoundedValue> out;
-      for (int64_t t = 0; t < N && sel.size() == static_cast<size_t>(N * K); ++t)
-        for (const bounds::Interval& iv : v41_route_weight_bounds(
-                 c, *rb, t, std::span<const int64_t>(sel).subspan(static_cast<size_t>(t * K), static_cast<size_t>(K)), *bounds)) {
-          const double mid = (iv.lo + iv.hi) / 2;
-          out.push_back({mid, iv, bounds::rounded_nearest(mid, mid, 24).lo});
-        }
-      return out;
-    };
-    v41_compare_bounds(w, ours.expert_weights, o.expert_weights, admissible(mine), admissible(theirs), bounds->name(), placed);
-    v41_judge(w);
+    lists(l, prefix + "experts (forced x)", ours.experts, o.experts, {}, 0, N);
+    if (!o.expert_weights.empty()) values(l, prefix + "expert_weights (forced x)", ours.expert_weights, o.expert_weights);
   }
   // rows: of both lists (0: the prefill's N).
   template <class A, class B>
@@ -500,6 +469,68 @@ void v41_compare_values(V41TensorAgreement& s, std::span<const double> ours, std
     s.max_ulp16 = std::max(s.max_ulp16, ulps(d, row_len > 0 ? std::max(std::fabs(r), row_rms) : r, 8));
     s.max_ulp32 = std::max(s.max_ulp32, ulps(d, r, 24));
   }
+}
+
+bool v41_judge_router(const V41Model& model, int64_t layer, std::span<const double> ffn_x, int64_t N,
+                      std::span<const int64_t> ours_experts, std::span<const double> ours_weights,
+                      std::span<const int64_t> official_experts, std::span<const double> official_weights,
+                      const bounds::BoundModel& model_of_bounds, const std::string& placed, V41TensorAgreement& r,
+                      V41TensorAgreement* w) {
+  const V41Config& c = model.config();
+  const std::optional<V41RouterBounds> rb =
+      v41_router_bounds(c, ffn_x, N, model.gate_weight(layer), model.gate_bias(layer), model_of_bounds);
+  if (!rb) return false;
+  const int64_t K = c.n_activated_experts, E = c.n_routed_experts;
+  v41_compare_rows(r, ours_experts, official_experts, N, {}, 0);
+  r.bound_model = model_of_bounds.name();
+  const bool shaped = ours_experts.size() == official_experts.size() && official_experts.size() == static_cast<size_t>(N * K);
+  if (r.n > 0 && shaped)
+    for (const auto& [side, sel] : {std::pair{"official", official_experts}, std::pair{"ours", ours_experts}})
+      for (int64_t t = 0; t < N; ++t) {
+        const auto scores = std::span<const bounds::Interval>(rb->biased).subspan(static_cast<size_t>(t * E), static_cast<size_t>(E));
+        const auto chosen = sel.subspan(static_cast<size_t>(t * K), static_cast<size_t>(K));
+        const bounds::TopkJudgement j = bounds::judge_topk(scores, chosen);
+        if (!j.admissible && r.outside++ == 0)
+          r.outside_at = j.in < 0 ? fmt::format("{} row {}: {} chose an expert twice or out of range", placed, t, side)
+                                  : fmt::format("{} row {}: {} chose expert {} (score at most {:.9g}) over expert {} (at least {:.9g})",
+                                                placed, t, side, j.in, scores[static_cast<size_t>(j.in)].hi, j.out,
+                                                scores[static_cast<size_t>(j.out)].lo);
+        if (j.admissible && j.contested && side == std::string("official") && r.straddled++ == 0)
+          r.bound_use_at = fmt::format("{} row {}: experts {} and {} could trade places", placed, t, j.in, j.out);
+      }
+  v41_judge(r);
+  if (!w) return true;
+  v41_compare_values(*w, ours_weights, official_weights, placed);
+  // Each side's route weights under its own selection.
+  auto admissible = [&](std::span<const int64_t> sel) {
+    std::vector<bounds::BoundedValue> out;
+    for (int64_t t = 0; t < N && sel.size() == static_cast<size_t>(N * K); ++t)
+      for (const bounds::Interval& iv :
+           v41_route_weight_bounds(c, *rb, t, sel.subspan(static_cast<size_t>(t * K), static_cast<size_t>(K)), model_of_bounds)) {
+        const double mid = (iv.lo + iv.hi) / 2;
+        out.push_back({mid, iv, bounds::rounded_nearest(mid, mid, 24).lo});
+      }
+    return out;
+  };
+  v41_compare_bounds(*w, ours_weights, official_weights, admissible(ours_experts), admissible(official_experts),
+                     model_of_bounds.name(), placed);
+  v41_judge(*w);
+  return true;
+}
+
+void v41_judge_head_collapsed(const V41Model& model, std::span<const double> collapsed, int64_t N,
+                              std::span<const double> ours_logits, std::span<const double> official_logits,
+                              const bounds::BoundModel& model_of_bounds, const std::string& at, V41TensorAgreement& r) {
+  const V41Config& c = model.config();
+  // The final norm's admissible bf16 values, each an interval, chained into the projection (§5, §6).
+  const auto normed = bounds::rmsnorm_bounds(collapsed, c.dim, model.final_norm_weight(), c.norm_eps, model_of_bounds, 8);
+  std::vector<double> lo(normed.size()), hi(normed.size());
+  for (size_t i = 0; i < normed.size(); ++i) lo[i] = normed[i].admissible.lo, hi[i] = normed[i].admissible.hi;
+  v41_compare_values(r, ours_logits, official_logits, at, c.vocab_size);
+  v41_compare_bounds(r, ours_logits, official_logits,
+                     bounds::linear_bounds(lo, hi, N, c.dim, model.head_weight(), c.vocab_size, model_of_bounds, 24),
+                     model_of_bounds.name(), at);
+  v41_judge(r);
 }
 
 void v41_compare_bounds(V41TensorAgreement& s, std::span<const double> ours, std::span<const double> official,

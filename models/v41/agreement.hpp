@@ -78,6 +78,22 @@ void v41_compare_bounds(V41TensorAgreement& row, std::span<const double> ours, s
 // checkpoint).
 V41Checkpoint v41_golden_checkpoint(const V41RunFile& f);
 
+// The router of one layer judged by derived bounds on the official's MoE input ffn_x [N, dim]
+// (docs/sound-bounds.md §9): each side's selection [N, K] (ascending ids) admissible under the score
+// intervals, each side's weights (when `weights` is given) inside their intervals under its own selection.
+// Adds to the rows (a decode pass gathers its steps in one row) and judges them; false, with nothing
+// added, for a router the derivation does not cover (the caller judges by budgets then).
+bool v41_judge_router(const V41Model& model, int64_t layer, std::span<const double> ffn_x, int64_t N,
+                      std::span<const int64_t> ours_experts, std::span<const double> ours_weights,
+                      std::span<const int64_t> official_experts, std::span<const double> official_weights,
+                      const bounds::BoundModel& bounds, const std::string& at, V41TensorAgreement& experts,
+                      V41TensorAgreement* weights);
+// The head on a final collapse [N, dim] (an engine that shows only the head's logits): the final norm's
+// admissible bf16 values chained into the projection's (§5, §6), both sides' logits [N, vocab] judged.
+void v41_judge_head_collapsed(const V41Model& model, std::span<const double> collapsed, int64_t N,
+                              std::span<const double> ours_logits, std::span<const double> official_logits,
+                              const bounds::BoundModel& bounds, const std::string& at, V41TensorAgreement& row);
+
 // Judges a compared row against its kind's budget (the pass and kind name it): sets `failure`, "" within it.
 // The budgets and their reasons are the gate's; a port's gate (python/ced/v41) judges with the same ones.
 void v41_judge(V41TensorAgreement& row);

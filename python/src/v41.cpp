@@ -351,7 +351,7 @@ py::dict agreement_dict(const V41TensorAgreement& r) {
   o["where"] = r.where;
   o["notes"] = r.notes;
   o["failure"] = r.failure;
-  o["budget"] = v41_budget_reason(r.kind);
+  o["budget"] = r.bound_model.empty() ? v41_budget_reason(r.kind) : "derived bounds (" + r.bound_model + ")";
   return o;
 }
 
@@ -479,6 +479,37 @@ void bind_v41(py::module_& m) {
     v41_judge(r);
     return agreement_dict(r);
   }, "One tensor against the official's, judged by its kind's budget (docs/v41.md §12.4).");
+  m.def("v41_judge_router", [](const Reference& ref, const std::string& pass, int64_t layer, const Doubles& ffn_x,
+                               const Ints& ours_experts, const Doubles& ours_weights, const Ints& official_experts,
+                               const Doubles& official_weights, const std::string& at) -> py::object {
+    if (ref.model().regime() == V41Regime::f64) return py::none();  // its budgets judge (docs/sound-bounds.md §7)
+    const int64_t D = ref.model().config().dim;
+    if (ffn_x.size() % D != 0) throw InputError(fmt::format("router: ffn_x has {} values, not rows of {}", ffn_x.size(), D));
+    V41TensorAgreement e, w;
+    e.pass = w.pass = pass;
+    e.layer = w.layer = layer;
+    e.kind = "experts (forced x)";
+    w.kind = "expert_weights (forced x)";
+    const bool weights = official_weights.size() > 0 && ours_weights.size() > 0;
+    if (!v41_judge_router(ref.model(), layer, doubles(ffn_x), ffn_x.size() / D, ints(ours_experts), doubles(ours_weights),
+                          ints(official_experts), doubles(official_weights), {}, at, e, weights ? &w : nullptr))
+      return py::none();
+    return py::make_tuple(agreement_dict(e), weights ? py::object(agreement_dict(w)) : py::none());
+  }, "The router on the official's MoE input judged by derived bounds (docs/sound-bounds.md §9): (experts, "
+     "weights) rows, weights None without both sides' weights; None for a router the bounds do not cover.");
+  m.def("v41_judge_head", [](const Reference& ref, const std::string& pass, const Doubles& collapsed,
+                             const Doubles& ours_logits, const Doubles& official_logits) -> py::object {
+    if (ref.model().regime() == V41Regime::f64) return py::none();
+    const V41Config& c = ref.model().config();
+    if (collapsed.size() % c.dim != 0) throw InputError(fmt::format("head: {} values, not rows of {}", collapsed.size(), c.dim));
+    V41TensorAgreement r;
+    r.pass = pass;
+    r.kind = "logits (forced collapsed)";
+    v41_judge_head_collapsed(ref.model(), doubles(collapsed), collapsed.size() / c.dim, doubles(ours_logits),
+                             doubles(official_logits), {}, "", r);
+    return py::object(agreement_dict(r));
+  }, "The head's logits on the official's final collapse judged by derived bounds (the final norm's admissible "
+     "values chained into the projection: docs/sound-bounds.md §5-§7); None in the f64 regime.");
   m.def("v41_judge_rows", [](const std::string& pass, int64_t layer, const std::string& kind, const Ints& ours,
                              const Ints& official, int64_t rows, const Doubles& scores, int64_t offset) {
     V41TensorAgreement r;

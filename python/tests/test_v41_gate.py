@@ -389,3 +389,56 @@ def test_a_nan_or_inf_in_a_decode_steps_logits_fails_that_step(value, checkpoint
     steps = [v for v in rep.verdicts if v.kind == "decode logits (end to end)"]
     assert len(steps) >= 3 and [v.ok for v in steps[:3]] == [True, True, False], str(rep)
     assert f"ours {value} official" in steps[2].failure and not rep.passed, str(rep)
+
+
+class Rerouted(v41.ReferenceEngine):
+    """A port whose router changes what the reference's chose, at one layer and row: `swap` replaces the first
+    expert with one outside the selection; `scale` multiplies that row's first route weight."""
+
+    def __init__(self, regime="release", layer=2, row=5, swap=False, scale=1.0):
+        super().__init__(regime)
+        self.at, self.row, self.swap, self.scale = layer, row, swap, scale
+
+    def moe(self, layer, x):
+        m = super().moe(layer, x)
+        if layer != self.at:
+            return m
+        experts, weights = np.array(m["experts"]), np.array(m["expert_weights"], dtype=np.float64)
+        if self.swap:
+            chosen = set(experts[self.row].tolist())
+            experts[self.row, 0] = min(e for e in range(64) if e not in chosen)
+            experts[self.row] = np.sort(experts[self.row])
+        weights[self.row, 0] *= self.scale
+        return {**m, "experts": experts, "expert_weights": weights}
+
+
+def test_the_router_is_judged_by_derived_bounds_a_far_swap_and_a_heavy_weight_fail_a_rounding_passes(checkpoints):
+    files = [golden("tiny-fp8-n17.h5")]
+    ok = v41.gate(Rerouted(scale=1 + 2.0 ** -22), files, checkpoints=checkpoints, quiet=True)
+    assert ok.passed, str(ok)  # one fp32 rounding of a weight: some legitimate order's result
+    kinds = {(v.kind, v.budget.startswith("derived bounds")) for v in ok.verdicts}
+    assert ("experts (forced x)", True) in kinds and ("expert_weights (forced x)", True) in kinds
+    heavy = v41.gate(Rerouted(scale=1.01), files, checkpoints=checkpoints, quiet=True)
+    f = heavy.first_failure
+    assert (f.layer, f.kind) == (2, "expert_weights (forced x)"), str(heavy)
+    assert "outside their admissible interval" in f.failure
+    swapped = v41.gate(Rerouted(swap=True), files, checkpoints=checkpoints, quiet=True)
+    f = swapped.first_failure
+    assert f is not None and (f.layer, f.kind) == (2, "experts (forced x)"), str(swapped)
+    assert "row 5" in f.failure, f.failure
+
+
+def test_the_head_on_the_final_collapse_is_judged_by_derived_bounds(checkpoints):
+    class Tilted(v41.ReferenceEngine):
+        def head(self, collapsed):
+            logits = np.array(super().head(collapsed))
+            logits[-1, 3] *= 1.01
+            return logits
+
+    files = [golden("tiny-fp8-n17.h5")]
+    ok = v41.gate(v41.ReferenceEngine(), files, checkpoints=checkpoints, quiet=True)
+    head = [v for v in ok.verdicts if v.kind == "logits (forced collapsed)"]
+    assert head and head[0].ok and head[0].budget.startswith("derived bounds"), head
+    bad = v41.gate(Tilted(), files, checkpoints=checkpoints, quiet=True)
+    assert any(v.kind == "logits (forced collapsed)" and not v.ok and "outside their admissible interval" in v.failure
+               for v in bad.verdicts), str(bad)

@@ -170,6 +170,41 @@ class _Judge:
         d["where"] = _placed(d["where"], off.shape)
         self._add(d)
 
+    def router(self, layer: int, ffn_x: Any, experts: Any, weights: Any, official_experts: Any,
+               official_weights: Any) -> None:
+        """The routed experts and their weights on the official's MoE input, judged by the bounds derived from
+        the computation (docs/sound-bounds.md §9): a selection some scores inside their intervals make the top k
+        (near-ties admitted), weights inside their intervals under the engine's own selection. Budgets judge
+        where the bounds do not apply (the f64 regime, another router)."""
+        if official_experts is None or experts is None:
+            return
+        mine = as_array(experts, np.int64).ravel()
+        mine_w = np.zeros(0) if weights is None else as_array(weights).ravel()
+        off_w = np.zeros(0) if official_weights is None else as_array(official_weights).ravel()
+        judged = _core.v41_judge_router(self.reference.model, self.pass_, layer, as_array(ffn_x).ravel(), mine,
+                                        mine_w, np.asarray(official_experts, dtype=np.int64).ravel(), off_w,
+                                        f"layer {layer}")
+        if judged is None:
+            self.rows(layer, "experts (forced x)", experts, official_experts)
+            self.values(layer, "expert_weights (forced x)", weights, official_weights)
+            return
+        self._add(judged[0])
+        if judged[1] is not None:
+            self._add(judged[1])
+
+    def head(self, collapsed: Any, logits: Any, official: Any, vocab: int) -> None:
+        """The engine's logits on the official's final collapse, judged by bounds derived through the final
+        norm and the projection (docs/sound-bounds.md §5-§7); the budget in the f64 regime."""
+        if official is None or logits is None:
+            return
+        d = _core.v41_judge_head(self.reference.model, self.pass_, as_array(collapsed).ravel(),
+                                 as_array(logits).ravel(), as_array(official).ravel())
+        if d is None:
+            self.values(-1, "logits (forced collapsed)", logits, official, vocab)
+            return
+        d["where"] = _placed(d["where"], as_array(official).shape)
+        self._add(d)
+
     def rows(self, layer: int, kind: str, ours: Any, official: Any, offset: int = 0,
              scores: Optional[Callable[[], Optional[np.ndarray]]] = None) -> None:
         """Index lists row by row; with the reference's scores (asked for at the first row that differs), a
@@ -265,8 +300,7 @@ def _teacher_forced(j: _Judge, engine: Any, caps: frozenset, plan: dict) -> None
             j.values(l, "attn_out (forced x)", a.get("attn_out"), o["attn_out"], dim)
             m = dict(engine.moe(l, o["ffn_x"]))
             j.values(l, "ffn_out (forced x)", m.get("ffn_out"), o["ffn_out"], dim)
-            j.rows(l, "experts (forced x)", m.get("experts"), o["experts"])
-            j.values(l, "expert_weights (forced x)", m.get("expert_weights"), o["expert_weights"])
+            j.router(l, o["ffn_x"], m.get("experts"), m.get("expert_weights"), o["experts"], o["expert_weights"])
         else:
             published = dict(out.published)
             j.rows(l, "experts (forced x)", out.captures.get("experts"), o["experts"])
@@ -286,7 +320,7 @@ def _teacher_forced(j: _Judge, engine: Any, caps: frozenset, plan: dict) -> None
             j.values(l, "final_collapsed", h["final_collapsed"], res["final_collapsed"], dim)
     try:
         logits = engine.head(res["final_collapsed"])
-        j.values(-1, "logits (forced collapsed)", logits, res["logits"], plan["vocab_size"])
+        j.head(res["final_collapsed"], logits, res["logits"], plan["vocab_size"])
     except NotSupported as e:
         j.not_supported.append(f"{run.name} head: {e}")
 
