@@ -207,3 +207,51 @@ TEST(V41Study, RelL2AgainstAnAllZeroReferenceIsTheNormOfTheDifference) {
   EXPECT_EQ(ced::tools::rel_l2(t, zero), 5.0);
   EXPECT_EQ(ced::tools::rel_l2(zero, zero), 0.0);
 }
+
+// `ced verify`'s property section runs and reports: a check named runs on v41-tiny in both regimes, one line
+// each, and a planted port bug is caught by its check (the cheap ones: the whole suite is `ced verify`'s).
+TEST(V41VerifyProperties, EachCheckRunsOnV41TinyInBothRegimesAndAPlantedBugIsCaughtByItsCheck) {
+  std::vector<std::string> failures;
+  testing::internal::CaptureStdout();
+  ced::tools::verify_v41_properties({"bounded = prefill when N <= W"},
+                                    {{"ced-cut-floor-flipped", "vllm keeps layer E's tail exact"}}, failures);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(failures.empty()) << failures[0];
+  EXPECT_EQ(lines_starting(out, "  ok   v41-tiny f64 bounded = prefill when N <= W").size(), 1u) << out;
+  EXPECT_EQ(lines_starting(out, "  ok   v41-tiny release bounded = prefill when N <= W").size(), 1u) << out;
+  const std::string caught = "  ok   ced-cut-floor-flipped    caught by \"vllm keeps layer E's tail exact\": ";
+  EXPECT_EQ(lines_starting(out, caught).size(), 1u) << out;
+  EXPECT_EQ(out.find("FAIL"), std::string::npos) << out;
+}
+
+// The other side: a bug set against a check that cannot see it (the floor of the cut layer flipped, against a
+// prompt no longer than the window, which replays every row) is a failure of `ced verify`, and it reads
+// "FAULT: the check passed with the bug planted".
+TEST(V41VerifyProperties, ACheckThatPassesWithItsBugPlantedIsAFailureNamingTheFault) {
+  std::vector<std::string> failures;
+  testing::internal::CaptureStdout();
+  ced::tools::verify_v41_properties({}, {{"ced-cut-floor-flipped", "bounded = prefill when N <= W"}}, failures);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(failures, std::vector<std::string>{"ced-cut-floor-flipped: the check passed with the bug planted"}) << out;
+  EXPECT_EQ(lines_starting(out, "  FAIL ced-cut-floor-flipped ").size(), 1u) << out;
+}
+
+// `ced verify`'s drift summary: the FLOP ratio column holds the oracle's ratio for each convention's ced prefill
+// (a number in (0, 1)) and "-" for each resume after a prefix-cache hit, which has none.
+TEST(V41VerifyDrift, TheFlopRatioIsANumberForEachConventionAndADashForEachResume) {
+  std::vector<std::string> failures;
+  testing::internal::CaptureStdout();
+  ced::tools::verify_v41_drift("v41-tiny", failures);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(failures.empty()) << failures[0];
+  const std::vector<std::string> conventions = lines_starting(out, "  ced ");
+  const std::vector<std::string> resumes = lines_starting(out, "  full, hit ");
+  ASSERT_EQ(conventions.size(), 3u) << out;
+  ASSERT_FALSE(resumes.empty()) << out;
+  for (const std::string& line : conventions) {
+    const double ratio = std::stod(words(line).back());
+    EXPECT_GT(ratio, 0.0) << line;
+    EXPECT_LT(ratio, 1.0) << line;
+  }
+  for (const std::string& line : resumes) EXPECT_EQ(words(line).back(), "-") << line;
+}
