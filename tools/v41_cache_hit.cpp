@@ -51,19 +51,6 @@ std::vector<Row> aggregate(const std::vector<Sample>& samples) {
   return rows;
 }
 
-}  // namespace cache_hit
-namespace {
-
-using cache_hit::Row;
-using cache_hit::Sample;
-
-// The hits of the sweep: the window's edges, the odd and even boundaries past it (none a multiple
-// of the candidate block), each below N - 1 (a hit leaves the prompt's last token to compute).
-std::vector<int64_t> default_hits(const v41::V41Plan& p) {
-  const int64_t W = p.W;
-  return {W - 1, W, W + 1, 2 * W - 1, 2 * W, 130, 131, 322, 323, 450, 451};
-}
-
 std::string table(const std::vector<Row>& rows, bool markdown) {
   const std::vector<std::string> head = {"mode", "H", "rule", "hit", "start", "K", "claim", "samples", "bitwise",
                                          "median KL", "worst KL", "top-1", "step bitwise", "step KL", "verdict"};
@@ -87,6 +74,20 @@ std::string table(const std::vector<Row>& rows, bool markdown) {
                fmt::format("{:.3e}", r.step_kl_median), r.ok ? "ok" : "MISMATCH"});
   }
   return s;
+}
+
+}  // namespace cache_hit
+namespace {
+
+using cache_hit::Row;
+using cache_hit::Sample;
+using cache_hit::table;
+
+// The hits of the sweep: the window's edges, the odd and even boundaries past it (none a multiple
+// of the candidate block), each below N - 1 (a hit leaves the prompt's last token to compute).
+std::vector<int64_t> default_hits(const v41::V41Plan& p) {
+  const int64_t W = p.W;
+  return {W - 1, W, W + 1, 2 * W - 1, 2 * W, 130, 131, 322, 323, 450, 451};
 }
 
 std::string csv(const std::vector<Sample>& samples) {

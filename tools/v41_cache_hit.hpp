@@ -32,4 +32,8 @@ struct Row {
 // One row per (mode, H, rule, K) in the order of their first samples; each row's `first` points into samples.
 std::vector<Row> aggregate(const std::vector<Sample>& samples);
 
+// The rows as `ced cache-hit` prints them (aligned columns) or writes them in OUT.md (markdown): mode, H, rule,
+// hit, start, K, claim, samples, bitwise, median KL, worst KL, top-1, step bitwise, step KL, verdict.
+std::string table(const std::vector<Row>& rows, bool markdown);
+
 }  // namespace ced::tools::cache_hit

@@ -102,6 +102,21 @@ void verify_v41(const std::string& config, const std::string& golden_dir, bool s
 // Its golden gate alone (docs/v41.md §12.3): every golden file of the folder against our reference, one
 // line each; a folder with no golden file (missing or empty) is a failure naming it, never a pass.
 void verify_v41_golden(const std::string& golden_dir, std::vector<std::string>& failures);
+// A planted v41 fault (v41_fault_names) and the check (v41_ced_checks) that must fail with it.
+struct V41PlantedBug {
+  std::string fault, check;
+};
+// The ports' replay bugs `ced verify` plants, each with the check that must catch it.
+const std::vector<V41PlantedBug>& v41_verify_planted_bugs();
+// Its property section alone: each check named (of v41_ced_checks) on v41-tiny in each regime, one line
+// each, then each bug planted on v41-tiny release and its check run, one line each; a check that passes
+// with its bug planted is a failure "FAULT: the check passed with the bug planted". `ced verify` runs
+// every check and v41_verify_planted_bugs().
+void verify_v41_properties(const std::vector<std::string>& checks, const std::vector<V41PlantedBug>& planted,
+                           std::vector<std::string>& failures);
+// Its drift summary alone: each convention's bounded replay and each encoder-replay rule's resume against
+// exact recovery on the config, one row each (the FLOP ratio "-" where the row has none).
+void verify_v41_drift(const std::string& config, std::vector<std::string>& failures);
 
 // A v41 config named by --config: a built-in or a config file (InputError).
 v41::V41Config v41_config_named(const std::string& arg);

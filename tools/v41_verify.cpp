@@ -31,31 +31,24 @@ void report(std::vector<std::string>& failures, const std::string& scope, const 
   if (!msg.empty()) failures.push_back(scope + ": " + name + ": " + msg);
 }
 
-// The properties on v41-tiny in each regime, then each planted port bug against the check named for it.
-void properties(std::vector<std::string>& failures) {
+// Each check named on v41-tiny in each regime, then each planted port bug against the check named for it.
+void properties(const std::vector<std::string>& checks, const std::vector<V41PlantedBug>& planted,
+                std::vector<std::string>& failures) {
   const v41::V41Config tiny = v41::v41_builtin_config("v41-tiny");
   const std::vector<int64_t> tokens = v41_seeded_tokens(0, tiny, 101);  // past every span of v41-tiny
   for (v41::V41Regime r : {v41::V41Regime::f64, v41::V41Regime::release}) {
     V41Seeded s = v41_seeded_model(tiny, 0, r);
     const std::string scope = fmt::format("v41-tiny {}", v41::v41_regime_name(r));
-    for (const v41::V41Check& c : v41::v41_ced_checks()) report(failures, scope, c.name, c.run(s.model, s.hashing, tokens));
+    for (const std::string& name : checks)
+      report(failures, scope, name, v41::v41_ced_check(name).run(s.model, s.hashing, tokens));
   }
   heading("the checks fail on the ports' replay bugs (v41-tiny release, each fault planted)");
-  const struct {
-    v41::V41Fault fault;
-    const char* check;
-  } planted[] = {{v41::V41Fault::ced_ring_slot_of_row, "decode after ced of the decode span is the prefill's"},
-                 {v41::V41Fault::ced_floor_on_row_index, "spans found are the plan's, bitwise at them"},
-                 {v41::V41Fault::ced_cut_floor_flipped, "vllm keeps layer E's tail exact"},
-                 {v41::V41Fault::resume_start_off_by_one, "resume after a hit of at most W is the cold run"},
-                 // Spans right, one replayed row one ulp off: only a bitwise clause sees it.
-                 {v41::V41Fault::ced_replayed_row_ulp, "spans found are the plan's, bitwise at them"}};
   for (const auto& p : planted) {
-    V41Seeded s = v41_seeded_model(tiny, 0, v41::V41Regime::release, p.fault);
+    V41Seeded s = v41_seeded_model(tiny, 0, v41::V41Regime::release, v41::v41_fault_from_name(p.fault));
     const std::string why = v41::v41_ced_check(p.check).run(s.model, s.hashing, tokens);
-    const std::string fault = v41::v41_fault_names()[static_cast<size_t>(p.fault)];
+    const std::string& fault = p.fault;
     const std::string msg = why.empty() ? "the check passed with the bug planted" : "";
-    std::printf("  %-4s %-24s caught by \"%s\"%s\n", msg.empty() ? "ok" : "FAIL", fault.c_str(), p.check,
+    std::printf("  %-4s %-24s caught by \"%s\"%s\n", msg.empty() ? "ok" : "FAIL", fault.c_str(), p.check.c_str(),
                 msg.empty() ? fmt::format(": {}", why).c_str() : "");
     if (!msg.empty()) failures.push_back(fault + ": " + msg);
   }
@@ -123,6 +116,26 @@ void verify_v41_golden(const std::string& golden_dir, std::vector<std::string>& 
   golden_gate(golden_dir, failures);
 }
 
+const std::vector<V41PlantedBug>& v41_verify_planted_bugs() {
+  static const std::vector<V41PlantedBug> bugs = {
+      {"ced-ring-slot-of-row", "decode after ced of the decode span is the prefill's"},
+      {"ced-floor-on-row-index", "spans found are the plan's, bitwise at them"},
+      {"ced-cut-floor-flipped", "vllm keeps layer E's tail exact"},
+      {"resume-start-off-by-one", "resume after a hit of at most W is the cold run"},
+      // Spans right, one replayed row one ulp off: only a bitwise clause sees it.
+      {"ced-replayed-row-ulp", "spans found are the plan's, bitwise at them"}};
+  return bugs;
+}
+
+void verify_v41_properties(const std::vector<std::string>& checks, const std::vector<V41PlantedBug>& planted,
+                           std::vector<std::string>& failures) {
+  properties(checks, planted, failures);
+}
+
+void verify_v41_drift(const std::string& config, std::vector<std::string>& failures) {
+  drift(v41_config_named(config), failures);
+}
+
 void verify_v41(const std::string& config, const std::string& golden_dir, bool skip_drift,
                 std::vector<std::string>& failures) {
   const v41::V41Config c = v41_config_named(config);
@@ -132,7 +145,9 @@ void verify_v41(const std::string& config, const std::string& golden_dir, bool s
   heading("oracle of the release at its real sizes (v41-flash, docs/v41.md §14)");
   oracle_v41("v41-flash", {4096, 32768, 1000000}, false);
   heading("CED properties on the release's architecture (v41-tiny, bitwise)");
-  properties(failures);
+  std::vector<std::string> checks;
+  for (const v41::V41Check& check : v41::v41_ced_checks()) checks.push_back(check.name);
+  properties(checks, v41_verify_planted_bugs(), failures);
   heading("golden gate: our v41 reference against DeepSeek's official code (" + golden_dir + ")");
   golden_gate(golden_dir, failures);
   heading(fmt::format("spans of {} (docs/v41.md §13.1, §13.8; found on v41-tiny above)", c.name));

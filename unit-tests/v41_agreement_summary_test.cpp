@@ -11,6 +11,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "models/v41/run_file.hpp"
 
@@ -86,6 +87,61 @@ TEST(V41AgreementSummary, AFileWithANanInItsLogitsFailsAndIsNamed) {
   EXPECT_NE(r.err.find("planted.h5"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("NaN or an infinity"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("clean.h5"), std::string::npos) << r.err;
+}
+
+// The cells of the summary's markdown row for `kind` ("" when there is none): kind, files, compared, bitwise, ...
+std::vector<std::string> row_of(const std::string& out, const std::string& kind) {
+  const size_t at = out.find("\n| " + kind + " |");
+  if (at == std::string::npos) return {};
+  std::stringstream row(out.substr(at + 2, out.find('\n', at + 1) - at - 2));
+  std::vector<std::string> cells;
+  for (std::string c; std::getline(row, c, '|');)
+    if (!c.empty()) cells.push_back(c.substr(1, c.size() - 2));
+  return cells;
+}
+
+// The summary's kinds are named by pass: a teacher-forced kind by its own name, a prefill end-to-end one with
+// " (end to end)" (rope, compared end to end only, too); a kind compared as rows says how many of them differ
+// (none, on the official code's own file).
+TEST(V41AgreementSummary, KindsAreNamedByTheirPassTheEndToEndOnesSayingSo) {
+  const auto r = summary((kGolden / "tiny-bf16-n1.h5").string());
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // | kind | files | compared | bitwise | ...
+  EXPECT_EQ(row_of(r.out, "hash_ids"),
+            (std::vector<std::string>{"hash_ids", "1", "2 rows", "0 of 2 rows differ", "–", "–", "–"}))
+      << r.out;
+  EXPECT_EQ(row_of(r.out, "in").at(2), "2048 values") << r.out;
+  EXPECT_EQ(row_of(r.out, "in (end to end)").at(2), "6144 values") << r.out;
+  EXPECT_EQ(row_of(r.out, "rope (end to end)").at(2), "32 values") << r.out;
+  EXPECT_TRUE(row_of(r.out, "rope").empty()) << "rope is compared end to end only\n" << r.out;
+  EXPECT_TRUE(row_of(r.out, "hash_ids (end to end)").empty()) << r.out;
+  EXPECT_EQ(r.out.find("== "), std::string::npos) << "no per-file table without -v\n" << r.out;
+}
+
+// A kind compared as rows counts those that differ of those compared: one Engram hash id changed in the
+// official file (layer 0's row of two) is "1 of 2 rows differ", and the file fails.
+TEST(V41AgreementSummary, ARowKindCountsTheRowsThatDifferOfThoseCompared) {
+  const fs::path d = fresh_dir("hash");
+  ced::v41::V41RunFile f = ced::v41::read_v41_run_file(kGolden / "tiny-bf16-n1.h5");
+  ASSERT_FALSE(f.result.layers.at(0).hash_ids.empty());
+  f.result.layers[0].hash_ids[0] += 1;
+  ced::v41::write_v41_run_file(d / "planted.h5", f);
+  const auto r = summary((d / "planted.h5").string());
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  ASSERT_FALSE(row_of(r.out, "hash_ids").empty()) << r.out;
+  EXPECT_EQ(row_of(r.out, "hash_ids").at(3), "1 of 2 rows differ") << r.out;
+}
+
+// -v prints each file's own table, row by row, before the summary; the file may come after the flag or before it.
+TEST(V41AgreementSummary, VerbosePrintsEachFilesTableRowByRowWhereverTheFlagIs) {
+  const std::string file = (kGolden / "tiny-bf16-n1.h5").string();
+  for (const std::string& args : {"-v " + file, file + " -v"}) {
+    const auto r = summary(args);
+    ASSERT_EQ(r.code, 0) << args << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("\n== " + file + " (bf16, N = 1)\n"), std::string::npos) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("\nteacher forced      0 hash_ids "), std::string::npos) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find("\n| hash_ids | 1 | 2 rows |"), std::string::npos) << args << "\n" << r.out;
+  }
 }
 
 }  // namespace

@@ -444,6 +444,85 @@ TEST(V41Cli, AStudyRunAsShardsAndMergedIsTheUnshardedOneAndAShardMissingOrTwiceI
   expect_refused("replay-budget --config v41-tiny --tokens 40 --shard 2/2 --out " + other.string(), "--shard");
 }
 
+// The K of each convention's rows in a replay-budget CSV, in the file's order (ascending).
+std::map<std::string, std::vector<int64_t>> replays_measured(const fs::path& csv) {
+  std::map<std::string, std::vector<int64_t>> ks;
+  for (const auto& c : csv_rows(csv)) ks[c.at(2)].push_back(std::stoll(c.at(3)));
+  return ks;
+}
+
+// The replays a study measures: those given with --replay and no others; without it the window's multiples
+// W, 2W, 4W, ... and the convention's decode and exact spans, those below N. On v41-tiny at N = 40 (W = 16)
+// that is 16 and 32 for sglang (its spans 45 and 46 are past N) and 16, 30, 31 and 32 for vllm.
+TEST(V41Cli, TheReplayBudgetMeasuresTheReplaysGivenOrElseTheWindowsMultiplesAndTheSpansBelowN) {
+  const std::string study = "replay-budget --config v41-tiny --tokens 40 --token-seeds 1 --regime release "
+                            "--convention sglang vllm ";
+  const fs::path given = scratch() / "given", defaults = scratch() / "defaults";
+  const test::Result g = ced(study + "--replay 16 --out " + given.string());
+  ASSERT_EQ(g.code, 0) << g.out << g.err;
+  EXPECT_EQ(replays_measured(given.string() + ".csv"),
+            (std::map<std::string, std::vector<int64_t>>{{"sglang", {16}}, {"vllm", {16}}}));
+  const test::Result d = ced(study + "--out " + defaults.string());
+  ASSERT_EQ(d.code, 0) << d.out << d.err;
+  EXPECT_EQ(replays_measured(defaults.string() + ".csv"),
+            (std::map<std::string, std::vector<int64_t>>{{"sglang", {16, 32}}, {"vllm", {16, 30, 31, 32}}}));
+}
+
+// Two shards of a small study (v41-tiny, N = 40, three token seeds, sglang at K = 16), written once.
+const std::vector<std::string>& two_shards() {
+  static const std::vector<std::string> files = [] {
+    std::vector<std::string> f;
+    for (int i = 0; i < 2; ++i) {
+      const fs::path s = scratch() / ("small" + std::to_string(i));
+      const test::Result r = ced("replay-budget --config v41-tiny --tokens 40 --token-seeds 3 --regime release "
+                                 "--convention sglang --replay 16 --shard " +
+                                 std::to_string(i) + "/2 --out " + s.string());
+      EXPECT_EQ(r.code, 0) << r.out << r.err;
+      f.push_back(s.string() + ".json");
+    }
+    return f;
+  }();
+  return files;
+}
+
+// A merged study's page gives the command that runs it again: a loop over every shard, 0 to n - 1, each
+// writing the file the merge line then reads.
+TEST(V41Cli, AMergedStudysPageGivesTheLoopThatRunsEveryShardAndTheMergeOfTheirFiles) {
+  const fs::path merged = scratch() / "again";
+  const test::Result m = ced("merge " + two_shards()[0] + " " + two_shards()[1] + " --out " + merged.string());
+  ASSERT_EQ(m.code, 0) << m.out << m.err;
+  std::ifstream page(merged.string() + ".md");
+  const std::string md((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("for i in $(seq 0 1); do "), std::string::npos) << md;
+  EXPECT_NE(md.find(" --shard $i/2 --out again.shard$i; done"), std::string::npos) << md;
+  EXPECT_NE(md.find("ced merge again.shard*.json --out again\n"), std::string::npos) << md;
+}
+
+// `ced merge` reads shards of a v41 study and nothing else: a JSON file of another kind is refused even when
+// it holds the very samples the other shard lacks (here shard 1/2 with its kind changed).
+TEST(V41Cli, TheMergeRefusesAJsonOfAnotherKindEvenWhenItHoldsTheMissingSamples) {
+  std::ifstream in(two_shards()[1]);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string kind = "\"kind\": \"ced replay-budget v41 shard\"";
+  const size_t at = text.find(kind);
+  ASSERT_NE(at, std::string::npos) << text.substr(0, 200);
+  text.replace(at, kind.size(), "\"kind\": \"ced replay-budget v41 notes\"");
+  const fs::path other = scratch() / "notes.json";
+  std::ofstream(other) << text;
+  expect_refused("merge " + two_shards()[0] + " " + other.string() + " --out " + (scratch() / "refused").string(),
+                 "not a shard of a v41 study");
+}
+
+// The encoder replay after the smallest hit, H = 1, is searched (a hit is in [1, N)): every row before the
+// hit rebuilt, bitwise. A hit of no token is refused.
+TEST(V41Cli, TheEncoderReplayAfterAHitOfOneTokenIsSearchedAndAHitOfNoneIsRefused) {
+  const test::Result r = ced("spans --config v41-tiny --empirical --prefix 1");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // hit, plan span, found, bitwise from, at found
+  EXPECT_NE(r.out.find("1              45        1             1    bitwise"), std::string::npos) << r.out;
+  expect_refused("spans --config v41-tiny --empirical --prefix 0", "--prefix: H = 0 must be in [1, N = 46)");
+}
+
 TEST(V41Cli, CacheHitsUpToTheWindowAreTheColdRunsBitsPerRuleAndThePlantedReplayStartIsAMismatch) {
   const fs::path out = scratch() / "hits";
   const test::Result r = ced("cache-hit --config v41-tiny --hits 15 16 17 51 --out " + out.string());

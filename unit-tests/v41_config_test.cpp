@@ -752,6 +752,16 @@ TEST(V41Plan, NoYarnWhenOriginalSeqLenIsZero) {
   EXPECT_EQ(p[1].rope_theta, 160000.0);
 }
 
+// Each line of the plan starts with its layer and then that layer's compression ratio: on v41-tiny layer 0 is
+// the window-only one (ratio 0), layers 1 and 2 compress by 2, 3 to 5 by 1.
+TEST(V41Plan, EachLineOfThePlanStartsWithItsLayerThenItsRatio) {
+  const std::string s = describe_v41_plan(make_v41_plan(v41_builtin_config("v41-tiny")));
+  EXPECT_NE(s.find("\n    0     0 SwaOnly"), std::string::npos) << s;
+  EXPECT_NE(s.find("\n    1     2 Full"), std::string::npos) << s;
+  EXPECT_NE(s.find("\n    2     2 Reuse"), std::string::npos) << s;
+  EXPECT_NE(s.find("\n    4     1 Reindex"), std::string::npos) << s;
+}
+
 TEST(V41Plan, DescribesOneLinePerLayer) {
   const std::string s = describe_v41_plan(make_v41_plan(v41_builtin_config("v41-tiny")));
   EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 2 + 6);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -236,6 +237,39 @@ TEST(V41Oracle, TheExactRatioLeavesTheIdealLimitForTheOneTheIndexScoresSet) {
     EXPECT_GT(b.exact_ratio_dense, t.limit_dense);
     EXPECT_GT(b.index_scores_of_full, a.index_scores_of_full);
   }
+}
+
+// Every term has its own name, the first and the last included, and a term out of range is "?".
+TEST(V41Flops, EachTermIsNamedTheFirstAndTheLastIncluded) {
+  EXPECT_STREQ(v41_flop_term_name(0), "hc_mixes");
+  EXPECT_STREQ(v41_flop_term_name(kV41WqA), "wq_a");
+  EXPECT_STREQ(v41_flop_term_name(kV41FlopTerms - 1), "head");
+  EXPECT_STREQ(v41_flop_term_name(-1), "?");
+  EXPECT_STREQ(v41_flop_term_name(kV41FlopTerms), "?");
+}
+
+// The oracle's table of ratios per convention has a line for every convention at every prompt length asked,
+// the last length included (here the longer of two).
+TEST(V41Oracle, TheConventionTableHasEveryConventionAtEveryLengthTheLastIncluded) {
+  const V41OracleTable t = v41_oracle_table(v41_builtin_config("v41-tiny"), {100, 1000});
+  const std::string s = format_v41_oracle_table(t);
+  const size_t from = s.find("ced ratio per convention"), to = s.find("where the release departs");
+  ASSERT_NE(from, std::string::npos) << s;
+  ASSERT_NE(to, std::string::npos) << s;
+  std::map<std::string, std::vector<std::string>> lengths;  // convention -> N of its lines, in order
+  std::stringstream section(s.substr(from, to - from));
+  std::string line;
+  std::getline(section, line);  // the title
+  std::getline(section, line);  // the heading
+  while (std::getline(section, line)) {
+    std::stringstream words(line);
+    std::string n, name;
+    words >> n >> name;
+    lengths[name].push_back(n);
+  }
+  ASSERT_EQ(lengths.size(), t.conventions.size()) << s;
+  for (const auto& c : t.conventions)
+    EXPECT_EQ(lengths[c.name], (std::vector<std::string>{"100", "1000"})) << c.name << "\n" << s;
 }
 
 TEST(V41Oracle, AFlopCountThatLeavesInt64IsAnErrorNotAWrappedNumber) {

@@ -6,13 +6,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "tools/v41_cache_hit.hpp"
 #include "tools/v41_commands.hpp"
+#include "tools/v41_study.hpp"
 
 namespace fs = std::filesystem;
 using ced::tools::cache_hit::aggregate;
@@ -26,6 +29,23 @@ fs::path scratch(const std::string& name) {
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
+}
+
+// The whitespace-separated words of a line.
+std::vector<std::string> words(const std::string& line) {
+  std::stringstream ss(line);
+  std::vector<std::string> w;
+  for (std::string x; ss >> x;) w.push_back(x);
+  return w;
+}
+
+// The lines of a text that start with `prefix`.
+std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
+  std::stringstream ss(text);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(ss, line);)
+    if (line.rfind(prefix, 0) == 0) out.push_back(line);
+  return out;
 }
 
 bool names(const std::vector<std::string>& failures, const std::string& what) {
@@ -133,4 +153,105 @@ TEST(V41CacheHitRows, AnExactClaimFailsWhenOnlyItsDecodeStepDiffers) {
   EXPECT_TRUE(aggregate({measured})[0].ok);
   measured.finite = false;
   EXPECT_FALSE(measured.ok());
+}
+
+// The table `ced cache-hit` prints and writes: each cell under its own heading. Two seeds whose median KL,
+// worst KL, top-1 and step KL all differ (2e-3, 3e-3, one seed of two, 5e-3), so a column shown twice or
+// under a neighbour's heading is seen.
+TEST(V41CacheHitRows, TheTableShowsEachCellUnderItsHeadingPrintedAndInMarkdown) {
+  std::vector<Sample> samples;
+  for (uint64_t seed : {0, 1}) {
+    Sample s = exact_claim_held(seed);
+    s.H = s.hit = 51;
+    s.start = 34;
+    s.claims_exact = false;  // measured: the window rebuilt from H - K
+    s.bitwise = s.step_bitwise = false;
+    s.kl = seed ? 3e-3 : 1e-3;
+    s.top1 = seed == 0;
+    s.step_kl = seed ? 6e-3 : 4e-3;
+    samples.push_back(s);
+  }
+  const std::vector<Row> rows = aggregate(samples);
+  ASSERT_EQ(rows.size(), 1u);
+  // mode, H, rule, hit, start, K, claim, samples, bitwise, median KL, worst KL, top-1, step bitwise, step KL, verdict
+  const std::vector<std::string> want = {"sglang", "51", "trtllm", "51", "34", "16", "measured", "2", "0/2",
+                                         "2.000e-03", "3.000e-03", "0.50", "0/2", "5.000e-03", "ok"};
+  const std::string printed = ced::tools::cache_hit::table(rows, false);
+  const std::vector<std::string> printed_rows = lines_starting(printed, "sglang");
+  ASSERT_EQ(printed_rows.size(), 1u) << printed;
+  EXPECT_EQ(words(printed_rows[0]), want) << printed;
+  const std::string md = ced::tools::cache_hit::table(rows, true);
+  const std::vector<std::string> md_rows = lines_starting(md, "| sglang |");
+  ASSERT_EQ(md_rows.size(), 1u) << md;
+  std::vector<std::string> cells;
+  std::stringstream ss(md_rows[0].substr(1));
+  for (std::string c; std::getline(ss, c, '|');) cells.push_back(c.substr(1, c.size() - 2));
+  EXPECT_EQ(cells, want) << md;
+}
+
+// rel L2 = sqrt(Σ(t - r)² / Σr²) over every element. A reference whose Σr² is below 1 (0.36) tells the quotient
+// from the bare numerator (0.5 here) and from a test of Σr² against 1; one above 1 and a difference in the last
+// element only show that every element counts.
+TEST(V41Study, RelL2IsTheNormOfTheDifferenceOverTheReference) {
+  const std::vector<double> t = {0.3, 0.4}, r = {0.6, 0.0};
+  EXPECT_NEAR(ced::tools::rel_l2(t, r), std::sqrt(0.25 / 0.36), 1e-15);  // 0.8333
+  const std::vector<double> t3 = {1, 2, 3}, r3 = {1, 2, 4};
+  EXPECT_NEAR(ced::tools::rel_l2(t3, r3), std::sqrt(1.0 / 21.0), 1e-15);
+  EXPECT_EQ(ced::tools::rel_l2(r3, r3), 0.0);
+}
+
+// Against a reference that is zero everywhere the quotient has no meaning: rel L2 is then the difference's own
+// norm, sqrt(Σt²), not 0 and not NaN.
+TEST(V41Study, RelL2AgainstAnAllZeroReferenceIsTheNormOfTheDifference) {
+  const std::vector<double> t = {3, 4}, zero = {0, 0};
+  EXPECT_EQ(ced::tools::rel_l2(t, zero), 5.0);
+  EXPECT_EQ(ced::tools::rel_l2(zero, zero), 0.0);
+}
+
+// `ced verify`'s property section runs and reports: a check named runs on v41-tiny in both regimes, one line
+// each, and a planted port bug is caught by its check (the cheap ones: the whole suite is `ced verify`'s).
+TEST(V41VerifyProperties, EachCheckRunsOnV41TinyInBothRegimesAndAPlantedBugIsCaughtByItsCheck) {
+  std::vector<std::string> failures;
+  testing::internal::CaptureStdout();
+  ced::tools::verify_v41_properties({"bounded = prefill when N <= W"},
+                                    {{"ced-cut-floor-flipped", "vllm keeps layer E's tail exact"}}, failures);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(failures.empty()) << failures[0];
+  EXPECT_EQ(lines_starting(out, "  ok   v41-tiny f64 bounded = prefill when N <= W").size(), 1u) << out;
+  EXPECT_EQ(lines_starting(out, "  ok   v41-tiny release bounded = prefill when N <= W").size(), 1u) << out;
+  const std::string caught = "  ok   ced-cut-floor-flipped    caught by \"vllm keeps layer E's tail exact\": ";
+  EXPECT_EQ(lines_starting(out, caught).size(), 1u) << out;
+  EXPECT_EQ(out.find("FAIL"), std::string::npos) << out;
+}
+
+// The other side: a bug set against a check that cannot see it (the floor of the cut layer flipped, against a
+// prompt no longer than the window, which replays every row) is a failure of `ced verify`, and it reads
+// "FAULT: the check passed with the bug planted".
+TEST(V41VerifyProperties, ACheckThatPassesWithItsBugPlantedIsAFailureNamingTheFault) {
+  std::vector<std::string> failures;
+  testing::internal::CaptureStdout();
+  ced::tools::verify_v41_properties({}, {{"ced-cut-floor-flipped", "bounded = prefill when N <= W"}}, failures);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(failures, std::vector<std::string>{"ced-cut-floor-flipped: the check passed with the bug planted"}) << out;
+  EXPECT_EQ(lines_starting(out, "  FAIL ced-cut-floor-flipped ").size(), 1u) << out;
+}
+
+// `ced verify`'s drift summary: the FLOP ratio column holds the oracle's ratio for each convention's ced prefill
+// (a number in (0, 1)) and "-" for each resume after a prefix-cache hit, which has none.
+TEST(V41VerifyDrift, TheFlopRatioIsANumberForEachConventionAndADashForEachResume) {
+  std::vector<std::string> failures;
+  testing::internal::CaptureStdout();
+  ced::tools::verify_v41_drift("v41-tiny", failures);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(failures.empty()) << failures[0];
+  const std::vector<std::string> conventions = lines_starting(out, "  ced ");
+  const std::vector<std::string> resumes = lines_starting(out, "  full, hit ");
+  ASSERT_EQ(conventions.size(), 3u) << out;
+  ASSERT_FALSE(resumes.empty()) << out;
+  for (const std::string& line : conventions) {
+    const double ratio = std::stod(words(line).back());
+    EXPECT_GT(ratio, 0.0) << line;
+    EXPECT_LT(ratio, 1.0) << line;
+  }
+  for (const std::string& line : resumes) EXPECT_EQ(words(line).back(), "-") << line;
 }

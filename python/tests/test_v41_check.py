@@ -212,3 +212,21 @@ def test_a_nan_on_both_sides_is_not_agreement(checkpoint):
 def test_a_check_report_with_no_property_does_not_pass():
     rep = v41.CheckReport(engine="e")
     assert not rep.passed and not rep and "0 of 0" in str(rep)
+
+
+class Loaded(Exception):
+    """Raised by StopsAtLoad: check() got past its refusals to the engine's load."""
+
+
+class StopsAtLoad(v41.ReferenceEngine):
+    def load(self, checkpoint):
+        raise Loaded(checkpoint)
+
+
+def test_a_prompt_one_token_short_of_the_conventions_exact_span_is_refused_and_one_at_it_is_not(checkpoint):
+    """The properties need the prompt past the convention's exact span (46 for sglang on v41-tiny): 45 tokens is
+    refused before anything runs, 46 goes on to load the engine."""
+    with pytest.raises(ValueError, match="n = 45 is below the sglang convention's exact span 46 on v41-tiny"):
+        v41.check(StopsAtLoad(convention="sglang"), checkpoint=checkpoint, n=45, quiet=True)
+    with pytest.raises(Loaded):
+        v41.check(StopsAtLoad(convention="sglang"), checkpoint=checkpoint, n=46, quiet=True)

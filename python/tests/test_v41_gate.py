@@ -92,6 +92,40 @@ class PrefillOnly(Engine):
         return self.inner.prefill(tokens)
 
 
+class PlantedInput(Engine):
+    """The reference with one value of one layer's captured input ("in", the stream after its Engram) moved by 1:
+    nothing else differs, since a capture is not handed on."""
+    capabilities = frozenset({"prefill", "layer"})
+
+    def __init__(self, inner, layer):
+        self.inner, self.at, self.regime = inner, layer, inner.regime
+
+    def load(self, checkpoint):
+        self.inner.load(checkpoint)
+
+    def prefill(self, tokens):
+        return self.inner.prefill(tokens)
+
+    def layer(self, layer, streams, pre_mix, tokens, shared):
+        o = self.inner.layer(layer, streams, pre_mix, tokens, shared)
+        if layer == self.at:
+            x = np.array(o.captures["in"], dtype=np.float64)
+            x.flat[5] += 1.0
+            o = LayerOut(o.out, o.ffn_pre, o.published, {**o.captures, "in": x})
+        return o
+
+
+def test_an_engram_layers_input_is_judged_and_a_value_changed_in_it_fails_there(checkpoints):
+    """v41-tiny's Engram layers are 0 and 2: the input of layer 2 with one value changed fails the gate at layer 2,
+    "in", and nowhere before it."""
+    rep = v41.gate(PlantedInput(v41.ReferenceEngine(), 2), [golden("tiny-fp8-n17.h5")], checkpoints=checkpoints,
+                   quiet=True)
+    f = rep.first_failure
+    assert f is not None, str(rep)
+    assert (f.pass_, f.layer, f.kind) == ("teacher forced", 2, "in"), f.line()
+    assert any(v.layer == 0 and v.kind == "in" and v.ok for v in rep.verdicts), str(rep)
+
+
 def test_a_capability_not_declared_is_reported_not_supported_never_failed(checkpoints):
     rep = v41.gate(PrefillOnly(v41.ReferenceEngine()), [golden("tiny-fp8-n17.h5")], checkpoints=checkpoints,
                    quiet=True)
@@ -259,6 +293,40 @@ def test_a_selection_row_with_one_near_tie_and_one_far_swap_is_not_excused(check
     f = both.first_failure
     assert f is not None and (f.layer, f.kind) == (layer, "topk_idxs (forced x)"), str(both)
     assert f"row {row}" in f.where and not both.near_ties, str(both)
+
+
+def test_a_near_tie_exactly_at_the_bound_is_excused_and_one_just_past_it_is_not(checkpoints):
+    """tie_ulps is inclusive: row 39 of layer 1 (tiny-fp8-n40) with its boundary position swapped for the best one it
+    left out is excused under a bound equal to that position's gap, and fails under the next float below it."""
+    file, layer, row = "tiny-fp8-n40.h5", 1, 39
+    scores, off, N = _index_scores(file, layer, row, checkpoints)
+    chosen = [int(i) for i in off if i >= 0]
+    score = {i: scores[i - N] for i in chosen}
+    boundary_pos = min(chosen, key=score.get)
+    boundary = score[boundary_pos]
+    left = [i + N for i in range(scores.shape[0]) if i + N not in chosen and np.isfinite(scores[i])]
+    near = max(left, key=lambda i: scores[i - N])
+    gap = _bf16_ulps(scores[near - N] - boundary, boundary)
+    assert gap > 0, gap
+    engine = Reselect(v41.ReferenceEngine(), layer, row, [(boundary_pos, near)])
+    at = v41.gate(engine, [golden(file)], checkpoints=checkpoints, policy=v41.Policy(tie_ulps=gap), quiet=True)
+    assert at.passed and any(f"layer {layer} row {row}" in n for n in at.near_ties), str(at)
+    past = v41.gate(engine, [golden(file)], checkpoints=checkpoints, policy=v41.Policy(tie_ulps=np.nextafter(gap, 0)),
+                    quiet=True)
+    f = past.first_failure
+    assert f is not None and (f.layer, f.kind) == (layer, "topk_idxs (forced x)"), str(past)
+
+
+def test_a_verdicts_line_names_its_layer_from_layer_0_and_a_dash_for_none():
+    from ced.v41.gate import Verdict
+
+    def line(layer):
+        return Verdict(file="f.h5", pass_="teacher forced", layer=layer, kind="attn_x", ok=True, failure="", where="",
+                       max_ulp16=0.0, bitwise=1.0, budget="bf16").line()
+
+    assert line(0).split()[:6] == ["ok", "f.h5", "teacher", "forced", "layer", "0"], line(0)
+    assert line(5).split()[:6] == ["ok", "f.h5", "teacher", "forced", "layer", "5"], line(5)
+    assert line(-1).split()[:6] == ["ok", "f.h5", "teacher", "forced", "-", "attn_x"], line(-1)
 
 
 def _official_margin(file):

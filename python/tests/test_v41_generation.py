@@ -46,6 +46,34 @@ def demote_top1_to(rank):
     return plant
 
 
+class Counting(Engine):
+    """The reference, counting its decode steps."""
+    capabilities = frozenset({"prefill", "decode"})
+
+    def __init__(self):
+        self.inner, self.decodes = v41.ReferenceEngine(), 0
+
+    def load(self, checkpoint):
+        self.inner.load(checkpoint)
+
+    def prefill(self, tokens):
+        return self.inner.prefill(tokens)
+
+    def decode(self, token):
+        self.decodes += 1
+        return self.inner.decode(token)
+
+
+def test_each_prompt_generates_steps_tokens_the_first_from_the_prefill_and_steps_minus_1_decoded(checkpoint):
+    """``steps`` tokens per prompt: the prefill's greedy choice and steps - 1 decode steps after it, so the agreeing
+    prefix of an engine that agrees everywhere is ``steps`` long, not one more."""
+    engine = Counting()
+    rep = v41.generation(engine, checkpoint=checkpoint, prompts=2, steps=3, quiet=True)
+    assert rep.passed, str(rep)
+    assert engine.decodes == 2 * (3 - 1)
+    assert rep.agreement["mean_prefix"] == 3, str(rep)
+
+
 def test_the_reference_agrees_with_itself_at_every_step(checkpoint):
     rep = v41.generation(v41.ReferenceEngine(), checkpoint=checkpoint, prompts=2, steps=4, quiet=True)
     assert rep.passed, str(rep)

@@ -84,10 +84,12 @@ def test_without_an_engine_the_suite_skips(port):
     r.assert_outcomes(skipped=1)
 
 
-def test_a_malformed_engine_option_is_a_usage_error(port):
-    r = port.runpytest("--ced-engine", "myport", "-q", "-p", "no:cacheprovider")
+@pytest.mark.parametrize("spec", ["myport", ":make", "myport:"])
+def test_a_malformed_engine_option_is_a_usage_error(spec, port):
+    """MODULE:FACTORY needs all three: the colon, a module before it and a factory after it."""
+    r = port.runpytest("--ced-engine", spec, "-q", "-p", "no:cacheprovider")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
-    r.stderr.fnmatch_lines(["*--ced-engine myport: want MODULE:FACTORY*"])
+    r.stderr.fnmatch_lines([f"*--ced-engine {spec}: want MODULE:FACTORY*"])
 
 
 @pytest.mark.parametrize("factory,regime", [("make", "release"), ("make_bf16", "bf16")])
