@@ -116,6 +116,12 @@ TEST(RmsnormBounds, HalvedTheyFailAnAdversarialButLegitimateSumOfSquares) {
   const auto y = rmsnorm_with(torch, x, n, w, 1e-6, false);
   EXPECT_EQ(judge_within(y, rmsnorm_bounds(x, n, w, 1e-6, {}, 24)).outside, 0);
   EXPECT_GT(judge_within(y, rmsnorm_bounds(x, n, w, 1e-6, halved, 24)).outside, n / 2);
+  // The other direction: a² just over half a spacing, so every addition rounds up and the sum errs high
+  // by almost its bound; the norm's scale is then low, and the upper end of the mean must allow for it.
+  std::vector<double> up(static_cast<size_t>(n), 0x1p-12 * 257 / 256);
+  up[0] = 1;
+  EXPECT_EQ(judge_within(rmsnorm_with(torch, up, n, w, 1e-6, false), rmsnorm_bounds(up, n, w, 1e-6, {}, 24)).outside, 0);
+  EXPECT_GT(judge_within(rmsnorm_with(torch, up, n, w, 1e-6, false), rmsnorm_bounds(up, n, w, 1e-6, halved, 24)).outside, n / 2);
   const auto cast = rmsnorm_with(torch, x, n, w, 1e-6, true);
   EXPECT_EQ(judge_within(cast, rmsnorm_bounds(x, n, w, 1e-6, {}, 8)).outside, 0);
   EXPECT_GT(judge_within(cast, rmsnorm_bounds(x, n, w, 1e-6, halved, 8)).outside, 0)

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "compare/sum_bound.hpp"
@@ -182,6 +183,21 @@ TEST(SumBound, ImpossibleModelsAndBoundsAreRefused) {
   EXPECT_THROW(AccumulationModel::tensor_core(1, 128), ced::InputError);
   EXPECT_THROW(AccumulationModel::tensor_core(14, 0), ced::InputError);
   EXPECT_THROW(sum_error_bound(3, -1.0, AccumulationModel::fp32()), ced::InputError);
+  EXPECT_THROW(sum_error_bound(-1, 1.0, AccumulationModel::fp32()), ced::InputError);
+  // The message names k, then u.
+  try {
+    gamma(1 << 24, 0x1p-24);
+  } catch (const ced::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("gamma(16777216, 5.96"), std::string::npos) << e.what();
+  }
+}
+
+// The tensor-core bound as derived (docs/sound-bounds.md §3): a chunk's error γ_c(u_a) plus the fp32 sum of
+// the chunks' partials, each as large as (1 + γ_c(u_a)) times its terms.
+TEST(SumBound, TheTensorCoreBoundIsItsDerivationTermForTerm) {
+  const double ua = 0x1p-13, inner = gamma(128, ua);
+  EXPECT_DOUBLE_EQ(sum_error_bound(512, 1.0, AccumulationModel::tensor_core(14, 128)),
+                   inner + gamma(3, 0x1p-24) * (1 + inner));
 }
 
 }  // namespace

@@ -145,3 +145,20 @@ TEST(V41AgreementSummary, VerbosePrintsEachFilesTableRowByRowWhereverTheFlagIs) 
 }
 
 }  // namespace
+
+// The bound model's options: a value missing at the end of the line, an unknown model or option, a
+// function-ulps that is not a number: usage or a one-line error, exit 2, never a crash.
+TEST(V41AgreementSummary, TheBoundModelsOptionsRefuseWhatTheyCannotReadWithExit2) {
+  const std::string file = (fs::path(CED_V41_GOLDEN_DIR) / "tiny-fp8-n5.h5").string();
+  EXPECT_EQ(summary(file + " --accumulation").code, 2);
+  EXPECT_EQ(summary(file + " --function-ulps").code, 2);
+  EXPECT_EQ(summary("--accumulation fp16 " + file).code, 2);
+  EXPECT_EQ(summary("--function-ulps x " + file).code, 2);
+  EXPECT_EQ(summary("--bogus " + file).code, 2);
+  const auto ok = summary("--accumulation tensor-core:14:128 --function-ulps 1 " + file);
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  const auto budgets = summary("--tsv --budgets-only " + file);
+  EXPECT_EQ(budgets.code, 0) << budgets.err;
+  EXPECT_EQ(budgets.out.find("\tbounds\t"), std::string::npos);
+  EXPECT_NE(summary("--tsv " + file).out.find("\tbounds\t"), std::string::npos);
+}

@@ -16,6 +16,7 @@
 #include "compare/op_bounds.hpp"
 #include "models/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
+#include "models/v41/config.hpp"
 #include "models/v41/forward.hpp"
 #include "models/v41/router_bounds.hpp"
 #include "models/v41/run_file.hpp"
@@ -162,6 +163,49 @@ TEST(TopkJudge, AdmitsTiesAndNearTiesNamingThePairAndRefusesAProvenSwap) {
   EXPECT_TRUE(judge_topk(exact, std::vector<int64_t>{1}).admissible);
   EXPECT_TRUE(judge_topk(exact, std::vector<int64_t>{1}).contested);
   EXPECT_FALSE(judge_topk(exact, std::vector<int64_t>{2}).admissible);
+  // Far apart: admissible and not contested.
+  const std::vector<Interval> apart{{5, 6}, {1, 2}, {3, 3.2}};
+  EXPECT_TRUE(judge_topk(apart, std::vector<int64_t>{0, 2}).admissible);
+  EXPECT_FALSE(judge_topk(apart, std::vector<int64_t>{0, 2}).contested);
   const std::vector<Interval> nan{{std::nan(""), 1}, {0, 0.5}};
   EXPECT_FALSE(judge_topk(nan, std::vector<int64_t>{1}).admissible);
+}
+
+TEST(V41RouterBounds, OnlyTheSqrtSoftplusRouterWithAPositiveTemperatureIsBounded) {
+  V41Config c = v41_builtin_config("v41-tiny");
+  const std::vector<double> x(static_cast<size_t>(c.dim), 0.5), gw(static_cast<size_t>(c.n_routed_experts * c.dim), 0.25),
+      bias(static_cast<size_t>(c.n_routed_experts), 0.0);
+  EXPECT_TRUE(v41_router_bounds(c, x, 1, gw, bias, {}).has_value());
+  c.score_func = "sigmoid";
+  EXPECT_FALSE(v41_router_bounds(c, x, 1, gw, bias, {}).has_value());
+  c.score_func = "sqrtsoftplus";
+  c.gate_temp = 0;
+  EXPECT_FALSE(v41_router_bounds(c, x, 1, gw, bias, {}).has_value());
+}
+
+// Point scores (an exact gate): each weight's interval spans the renormalisation's three fp32 roundings and
+// the sum's bound on each side of the exact weight, and no more than ten times that.
+TEST(V41RouterBounds, ARouteWeightsIntervalIsItsRoundingsWideOnEachSideOfTheExactWeight) {
+  const V41Config c = v41_builtin_config("v41-tiny");
+  const int64_t K = c.n_activated_experts;
+  ASSERT_GT(K, 1);
+  V41RouterBounds b;
+  b.N = 1;
+  b.E = c.n_routed_experts;
+  b.K = K;
+  for (int64_t e = 0; e < b.E; ++e) b.score.push_back({1.0 + 0.125 * static_cast<double>(e), 1.0 + 0.125 * static_cast<double>(e)});
+  std::vector<int64_t> sel(static_cast<size_t>(K));
+  for (int64_t j = 0; j < K; ++j) sel[static_cast<size_t>(j)] = j;
+  double sum = 0;
+  for (int64_t j = 0; j < K; ++j) sum += b.score[static_cast<size_t>(j)].lo;
+  const double u = 0x1p-24, rel = sum_error_bound(K, 1.0, AccumulationModel::fp32(), true);
+  const auto iv = v41_route_weight_bounds(c, b, 0, sel, {});
+  for (int64_t j = 0; j < K; ++j) {
+    const double exact = b.score[static_cast<size_t>(j)].lo / sum * c.route_scale;
+    const Interval& w = iv[static_cast<size_t>(j)];
+    EXPECT_GE(w.hi / exact, (1 + rel) * (1 + u) * (1 + u) * (1 + u) * (1 - 0x1p-40)) << j;
+    EXPECT_LE(w.lo / exact, 1 / ((1 + rel) * (1 + u)) * (1 - u) * (1 - u) * (1 + 0x1p-40)) << j;
+    EXPECT_LT(w.hi - w.lo, 10 * (rel + 3 * u) * 2 * exact) << j;
+    EXPECT_GT(w.lo / exact, 1 - 10 * (rel + 3 * u)) << j;
+  }
 }
