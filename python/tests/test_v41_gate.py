@@ -92,19 +92,14 @@ class PrefillOnly(Engine):
         return self.inner.prefill(tokens)
 
 
-class PlantedInput(Engine):
+class PlantedInput(PrefillOnly):
     """The reference with one value of one layer's captured input ("in", the stream after its Engram) moved by 1:
     nothing else differs, since a capture is not handed on."""
     capabilities = frozenset({"prefill", "layer"})
 
     def __init__(self, inner, layer):
-        self.inner, self.at, self.regime = inner, layer, inner.regime
-
-    def load(self, checkpoint):
-        self.inner.load(checkpoint)
-
-    def prefill(self, tokens):
-        return self.inner.prefill(tokens)
+        super().__init__(inner)
+        self.at = layer
 
     def layer(self, layer, streams, pre_mix, tokens, shared):
         o = self.inner.layer(layer, streams, pre_mix, tokens, shared)
@@ -133,19 +128,14 @@ def test_a_capability_not_declared_is_reported_not_supported_never_failed(checkp
     assert any("teacher forced" in n and "'layer'" in n for n in rep.not_supported)
 
 
-class SwapSelection(Engine):
+class SwapSelection(PrefillOnly):
     """Plants a selection that differs from the official in one row: its boundary position swapped for the best
     position it left out."""
     capabilities = frozenset({"prefill", "layer"})
 
     def __init__(self, inner, layer, row):
-        self.inner, self.at, self.row, self.regime = inner, layer, row, inner.regime
-
-    def load(self, checkpoint):
-        self.inner.load(checkpoint)
-
-    def prefill(self, tokens):
-        return self.inner.prefill(tokens)
+        super().__init__(inner)
+        self.at, self.row = layer, row
 
     def layer(self, layer, streams, pre_mix, tokens, shared):
         o = self.inner.layer(layer, streams, pre_mix, tokens, shared)
