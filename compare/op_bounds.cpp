@@ -28,16 +28,13 @@ int max_bits(std::span<const double> v) {
   return b;
 }
 
-// An op whose fp32 result lies in [lo, hi] (every fp32 rounding of it inside the bound), with every
-// deviation from `value` multiplied by `scale`: the fp32 values inside, then, for a narrower output, the
-// round-to-nearest cast of them (§4).
-BoundedValue result_in(double value, double lo, double hi, double scale, int out_bits) {
+}  // namespace
+
+BoundedValue bounded_result(double value, double lo, double hi, double scale, int out_bits) {
   const Interval f32 = rounded_inward(value - scale * (value - lo), value + scale * (hi - value), 24);
   return {value, out_bits >= 24 ? f32 : rounded_nearest(f32.lo, f32.hi, out_bits),
           rounded_nearest(value, value, out_bits).lo};
 }
-
-}  // namespace
 
 std::string BoundModel::name() const {
   return fmt::format("{}, functions within {} ulps{}", accumulation.name(), function_ulps,
@@ -86,7 +83,7 @@ std::vector<BoundedValue> linear_bounds(std::span<const double> x, int64_t M, in
     for (int64_t j = 0; j < Nout; ++j) {
       const double v = value(m, j), a = abs_sum(m, j);
       const double e = sum_error_bound(K, a, model.accumulation, exact) + ref_rel * a;
-      out[static_cast<size_t>(m * Nout + j)] = result_in(v, v - e, v + e, model.scale, out_bits);
+      out[static_cast<size_t>(m * Nout + j)] = bounded_result(v, v - e, v + e, model.scale, out_bits);
     }
   return out;
 }
@@ -110,17 +107,24 @@ std::vector<BoundedValue> linear_bounds(std::span<const double> x_lo, std::span<
       const double a = abs_sum(m, j), e = sum_error_bound(K, a, model.accumulation, exact) + ref_rel * a;
       const double mid = (low(m, j) + high(m, j)) / 2;
       // The midpoint's deviations to each end, scaled by `scale` with the error bound.
-      out[static_cast<size_t>(m * Nout + j)] = result_in(mid, low(m, j) - e, high(m, j) + e, model.scale, out_bits);
+      out[static_cast<size_t>(m * Nout + j)] = bounded_result(mid, low(m, j) - e, high(m, j) + e, model.scale, out_bits);
     }
   return out;
 }
 
 std::vector<BoundedValue> rmsnorm_bounds(std::span<const double> x, int64_t n, std::span<const double> w, double eps,
                                          const BoundModel& model, int out_bits) {
-  if (n < 1 || x.size() % static_cast<size_t>(n) != 0 || w.size() != static_cast<size_t>(n) || !(eps >= 0))
-    throw InputError(fmt::format("rmsnorm bounds: {} values in rows of {}, {} weights, eps {}", x.size(), n, w.size(), eps));
-  const int64_t rows = static_cast<int64_t>(x.size()) / n;
-  const bool squares_exact = 2 * max_bits(x) <= 24;
+  return rmsnorm_bounds(x, x, n, w, eps, model, out_bits);
+}
+
+std::vector<BoundedValue> rmsnorm_bounds(std::span<const double> x_lo, std::span<const double> x_hi, int64_t n,
+                                         std::span<const double> w, double eps, const BoundModel& model, int out_bits) {
+  if (n < 1 || x_lo.size() % static_cast<size_t>(n) != 0 || x_hi.size() != x_lo.size() ||
+      w.size() != static_cast<size_t>(n) || !(eps >= 0))
+    throw InputError(fmt::format("rmsnorm bounds: {} and {} values in rows of {}, {} weights, eps {}", x_lo.size(),
+                                 x_hi.size(), n, w.size(), eps));
+  const int64_t rows = static_cast<int64_t>(x_lo.size()) / n;
+  const bool squares_exact = 2 * std::max(max_bits(x_lo), max_bits(x_hi)) <= 24;
   // eps as the implementation may add it: the python float, or rounded to fp32 first (torch).
   const double eps32 = static_cast<double>(static_cast<float>(eps));
   const double eps_lo = std::min(eps, eps32), eps_hi = std::max(eps, eps32);
@@ -128,25 +132,33 @@ std::vector<BoundedValue> rmsnorm_bounds(std::span<const double> x, int64_t n, s
   // (n + 16)·2^-53 relative; widened by that, the interval holds the exact result (§6).
   const double ref = static_cast<double>(n + 16) * kU64;
   const double fn = model.function_ulps * 0x1p-23;  // k ulps of a normal fp32 result, relative
-  std::vector<BoundedValue> out(x.size());
+  std::vector<BoundedValue> out(x_lo.size());
   for (int64_t r = 0; r < rows; ++r) {
-    const double* row = x.data() + r * n;
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += row[i] * row[i];
-    // The sum of squares: all terms positive, so its bound is relative (§2); the mean one or two roundings
-    // (a division, or a product by 1/n rounded); eps added with one rounding.
-    const double rel_s = s > 0 ? sum_error_bound(n, s, model.accumulation, squares_exact) / s : 0;
-    const double mean = s / static_cast<double>(n);
-    const double t_lo = (mean * (1 - rel_s) * (1 - kU32) * (1 - kU32) + eps_lo) * (1 - kU32) * (1 - ref);
-    const double t_hi = (mean * (1 + rel_s) * (1 + kU32) * (1 + kU32) + eps_hi) * (1 + kU32) * (1 + ref);
+    const double *lo = x_lo.data() + r * n, *hi = x_hi.data() + r * n;
+    // The sum of squares over the intervals: each square's least (0 where an interval holds 0) and largest.
+    double s_lo = 0, s_hi = 0, s_mid = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double least = lo[i] <= 0 && 0 <= hi[i] ? 0 : std::min(lo[i] * lo[i], hi[i] * hi[i]);
+      const double mid = (lo[i] + hi[i]) / 2;
+      s_lo += least;
+      s_hi += std::max(lo[i] * lo[i], hi[i] * hi[i]);
+      s_mid += mid * mid;
+    }
+    // All terms positive, so the sum's error is within its bound over the largest squares (§2); the mean
+    // one or two roundings (a division, or a product by 1/n rounded); eps added with one rounding.
+    const double e_s = s_hi > 0 ? sum_error_bound(n, s_hi, model.accumulation, squares_exact) : 0;
+    const double dn = static_cast<double>(n);
+    const double t_lo = ((s_lo - e_s) / dn * (1 - kU32) * (1 - kU32) + eps_lo) * (1 - kU32) * (1 - ref);
+    const double t_hi = ((s_hi + e_s) / dn * (1 + kU32) * (1 + kU32) + eps_hi) * (1 + kU32) * (1 + ref);
     // rsqrt within its ulps (1/sqrt: two roundings, under one ulp), then x·r and w·(x·r), one rounding each.
     const double r_lo = (1 - fn) * (1 - kU32) * (1 - kU32) / std::sqrt(t_hi) * (1 - ref);
-    const double r_hi = (1 + fn) * (1 + kU32) * (1 + kU32) / std::sqrt(t_lo) * (1 + ref);
-    const double centre = 1 / std::sqrt(mean + eps);
+    const double r_hi = (1 + fn) * (1 + kU32) * (1 + kU32) / std::sqrt(std::max(t_lo, 0.0)) * (1 + ref);
+    const double centre = 1 / std::sqrt(s_mid / dn + eps);
     for (int64_t i = 0; i < n; ++i) {
-      const double wx = w[static_cast<size_t>(i)] * row[i];
-      const double a = wx * r_lo, b = wx * r_hi;
-      out[static_cast<size_t>(r * n + i)] = result_in(wx * centre, std::min(a, b), std::max(a, b), model.scale, out_bits);
+      const double wi = w[static_cast<size_t>(i)];
+      const double c[4] = {wi * lo[i] * r_lo, wi * lo[i] * r_hi, wi * hi[i] * r_lo, wi * hi[i] * r_hi};
+      out[static_cast<size_t>(r * n + i)] = bounded_result(wi * (lo[i] + hi[i]) / 2 * centre, *std::min_element(c, c + 4),
+                                                           *std::max_element(c, c + 4), model.scale, out_bits);
     }
   }
   return out;

@@ -36,6 +36,12 @@ struct BoundedValue {
   double nearest = 0;  // value rounded to nearest in the output format: the result that uses none of the bound
 };
 
+// An op whose exact result is `value` and whose fp32 result lies in [lo, hi] (every fp32 rounding of it
+// inside the bound), every deviation from `value` multiplied by `scale`: the fp32 values inside, then, for
+// a narrower output (`out_bits` < 24), the round-to-nearest cast of them (§4). The last step of every
+// op bound; chained ops read its `admissible` as their input intervals.
+BoundedValue bounded_result(double value, double lo, double hi, double scale, int out_bits);
+
 // y[m, j] = Σ_k x[m, k]·w[j, k] (x [M, K], w [Nout, K], row-major, as a linear layer stores its weight),
 // each output rounded to `out_bits` significant bits (24: fp32, 8: bf16). The products count as exact
 // when x's and w's significands fit 24 bits together (bf16 × bf16), else as fp32 products.
@@ -53,6 +59,10 @@ std::vector<BoundedValue> linear_bounds(std::span<const double> x_lo, std::span<
 // products, eps as given or rounded to fp32, and 1/sqrt, rsqrt or a division are covered.
 std::vector<BoundedValue> rmsnorm_bounds(std::span<const double> x, int64_t n, std::span<const double> w, double eps,
                                          const BoundModel& model, int out_bits);
+// The same over inputs known only as intervals (an earlier op's admissible results, chained): the sum of
+// squares ranges over the squares' least and largest values, each output over its interval times the norm's.
+std::vector<BoundedValue> rmsnorm_bounds(std::span<const double> x_lo, std::span<const double> x_hi, int64_t n,
+                                         std::span<const double> w, double eps, const BoundModel& model, int out_bits);
 
 // How results sit in their intervals.
 struct BoundJudgement {

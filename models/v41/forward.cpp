@@ -194,18 +194,6 @@ std::vector<int64_t> V41Model::engram_hash_ids(std::span<const int64_t> tokens, 
   return ids;
 }
 
-namespace {
-
-// A layer's rotary table: YaRN and compress_rope_theta on compressed layers (docs/v41.md §8.4).
-fwd::RopeTable layer_rope(const fwd::Arith& a, const V41Config& c, const LayerPlan& lp, int64_t N, V41Fault fault) {
-  if (fault == V41Fault::one_rope_theta)
-    return fwd::rope_table(a, c.rope_head_dim, N, 0, c.rope_theta, c.rope_factor, c.beta_fast, c.beta_slow);
-  return fwd::rope_table(a, c.rope_head_dim, N, lp.yarn ? c.original_seq_len : 0, lp.rope_theta, c.rope_factor,
-                         c.beta_fast, c.beta_slow);
-}
-
-}  // namespace
-
 // One block (model.py Block.forward): Engram, the attention's mixes and its collapse with the previous
 // sublayer's pre (staggered), the attention `attend`, the FFN's mixes, its collapse with this attention's
 // pre, the MoE. The prefill and a decode step differ only in `attend`.
@@ -271,7 +259,7 @@ V41LayerCapture V41Model::run_rows(int64_t layer, std::span<const double> stream
                                    const V41LayerCache* sources) const {
   const LayerPlan& lp = plan_[layer];
   const fwd::Arith a(regime_);
-  const fwd::RopeTable rope = layer_rope(a, config_, lp, first + N, fault_);
+  const fwd::RopeTable rope = fwd::layer_rope(a, config_, lp, first + N, fault_);
   fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_, options_, captures_};
   L.cache = cache;
   L.first = first;
@@ -300,9 +288,39 @@ std::vector<double> V41Model::attention(int64_t layer, std::span<const double> x
                                         V41SharedAttention& shared, V41LayerCapture& cap) const {
   const fwd::Arith a(regime_);
   const LayerPlan& lp = plan_[layer];
-  const fwd::RopeTable rope = layer_rope(a, config_, lp, N, fault_);
+  const fwd::RopeTable rope = fwd::layer_rope(a, config_, lp, N, fault_);
   const fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_, options_, captures_};
   return fwd::attention_forward(L, x, shared, cap);
+}
+
+std::vector<double> V41Model::attention_core(int64_t layer, std::span<const double> q, std::span<const double> kv,
+                                             std::span<const int32_t> idx, int64_t N) const {
+  const fwd::Arith a(regime_);
+  const int64_t H = config_.n_heads, hd = config_.head_dim;
+  if (N < 0 || q.size() != static_cast<size_t>(N * H * hd) || kv.size() % static_cast<size_t>(hd) != 0 ||
+      (N > 0 && idx.size() % static_cast<size_t>(N) != 0))
+    throw InputError(fmt::format("v41 attention_core: q {} values for N {}, kv {} (rows of {}), idx {}", q.size(), N,
+                                 kv.size(), hd, idx.size()));
+  const int64_t k = N > 0 ? static_cast<int64_t>(idx.size()) / N : 0, rows = static_cast<int64_t>(kv.size()) / hd;
+  for (int32_t i : idx)
+    if (i < -1 || i >= rows) throw InputError(fmt::format("v41 attention_core: index {} outside [-1, {})", i, rows));
+  std::vector<double> o(q.size());
+  fwd::sparse_attn(a, q, N, H, hd, kv, layers_.at(static_cast<size_t>(layer))->attn_sink, idx, k,
+                   std::pow(static_cast<double>(hd), -0.5), o);
+  return o;
+}
+
+std::vector<double> V41Model::attention_output(int64_t layer, std::span<const double> o, int64_t N) const {
+  const fwd::Arith a(regime_);
+  const int64_t H = config_.n_heads, hd = config_.head_dim;
+  if (N < 0 || o.size() != static_cast<size_t>(N * H * hd))
+    throw InputError(fmt::format("v41 attention_output: {} values for N {} of [{}, {}]", o.size(), N, H, hd));
+  const LayerPlan& lp = plan_[layer];
+  const fwd::RopeTable rope = fwd::layer_rope(a, config_, lp, N, fault_);
+  const fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_, options_, captures_};
+  std::vector<double> x(o.begin(), o.end());
+  fwd::rope_rows(L, x, N, H, hd, [](int64_t t) { return t; }, true);
+  return fwd::grouped_output(L, x, N);
 }
 
 std::span<const double> V41Model::gate_weight(int64_t layer) const {
@@ -509,7 +527,7 @@ V41LayerCache V41Model::source_write(int64_t layer, std::span<const double> stre
     throw InputError(fmt::format("v41 source write: streams must be [N, {}, {}] and pre_mix [N, {}] for N = {}", hc, D,
                                  hc, N));
   const fwd::Arith a(regime_);
-  const fwd::RopeTable rope = layer_rope(a, config_, lp, N, fault_);
+  const fwd::RopeTable rope = fwd::layer_rope(a, config_, lp, N, fault_);
   V41LayerCache out;
   fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_, options_, captures_};
   L.cache = &out;
@@ -598,7 +616,7 @@ std::vector<double> V41Model::attention_step(int64_t layer, std::span<const doub
                                              V41LayerCapture& cap) const {
   const LayerPlan& lp = plan_[layer];
   const fwd::Arith a(regime_);
-  const fwd::RopeTable rope = layer_rope(a, config_, lp, state.pos + 1, fault_);  // positions 0 .. pos
+  const fwd::RopeTable rope = fwd::layer_rope(a, config_, lp, state.pos + 1, fault_);  // positions 0 .. pos
   const fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, 1, fault_, options_, captures_};
   return fwd::attention_decode(L, x, state, cap);
 }

@@ -343,6 +343,14 @@ class V41Model {
   std::vector<double> attention(int64_t layer, std::span<const double> x, int64_t N, V41SharedAttention& shared,
                                 V41LayerCapture& cap) const;
   std::vector<double> moe(int64_t layer, std::span<const double> x, int64_t N, V41LayerCapture& cap) const;
+  // Two ops of the attention alone (op-level forcing, docs/sound-bounds.md §13): sparse_attn on a given query
+  // q [N, n_heads, head_dim], rows kv [rows, head_dim] and index lists idx [N, k]; the output projection (the
+  // inverse RoPE, wo_a by groups, wo_b) on a given sparse_attn output o [N, n_heads, head_dim]. [N, .., ..].
+  std::vector<double> attention_core(int64_t layer, std::span<const double> q, std::span<const double> kv,
+                                     std::span<const int32_t> idx, int64_t N) const;
+  std::vector<double> attention_output(int64_t layer, std::span<const double> o, int64_t N) const;
+  // A layer's weights, for the gate's bounds.
+  const V41LayerWeights& layer_weights(int64_t layer) const { return *layers_.at(static_cast<size_t>(layer)); }
 
   // The final collapse with the last block's ffn_pre, norm and head: logits [N, vocab].
   void head(std::span<const double> streams, std::span<const double> pre_mix, int64_t N,

@@ -550,6 +550,13 @@ RopeTable rope_table(const Arith& a, int64_t rope_head_dim, int64_t N, int64_t o
   return t;
 }
 
+RopeTable layer_rope(const Arith& a, const V41Config& c, const LayerPlan& lp, int64_t N, V41Fault fault) {
+  if (fault == V41Fault::one_rope_theta)
+    return rope_table(a, c.rope_head_dim, N, 0, c.rope_theta, c.rope_factor, c.beta_fast, c.beta_slow);
+  return rope_table(a, c.rope_head_dim, N, lp.yarn ? c.original_seq_len : 0, lp.rope_theta, c.rope_factor, c.beta_fast,
+                    c.beta_slow);
+}
+
 void apply_rope(const Arith& a, double* x, int64_t d, const RopeTable& t, int64_t pos, bool inverse) {
   double* v = x + (d - 2 * t.half);
   for (int64_t i = 0; i < t.half; ++i) {

@@ -87,6 +87,9 @@ struct RopeTable {
 };
 RopeTable rope_table(const Arith& a, int64_t rope_head_dim, int64_t N, int64_t original_seq_len, double theta,
                      double factor, int64_t beta_fast, int64_t beta_slow);
+// A layer's table, positions 0 .. N - 1: YaRN and compress_rope_theta on compressed layers (docs/v41.md
+// §8.4); the planted one_rope_theta gives every layer rope_theta without YaRN.
+RopeTable layer_rope(const Arith& a, const V41Config& c, const LayerPlan& lp, int64_t N, V41Fault fault = V41Fault::none);
 // Rotate the last 2·half values of a vector in place as adjacent complex pairs by position pos's
 // entry (inverse: by its conjugate), rounding to bf16 (the tensor is bf16).
 void apply_rope(const Arith& a, double* x, int64_t d, const RopeTable& t, int64_t pos, bool inverse);

@@ -1,0 +1,118 @@
+// docs/sound-bounds.md §12: admissible results of softmax attention with a sink; see attention_bounds.hpp.
+#include "compare/attention_bounds.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/error.hpp"
+
+namespace ced::bounds {
+
+namespace {
+
+constexpr double kU32 = 0x1p-24;    // fp32's unit roundoff
+constexpr double kU64 = 0x1p-53;    // the reference's own f64 arithmetic
+constexpr double kBf16 = 0x1p-8;    // a probability rounded to bf16 before P·V: its unit roundoff (8 significant bits)
+constexpr double kTiny = 0x1p-125;  // a probability that underflows in fp32 or bf16: absolute
+
+}  // namespace
+
+std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int64_t N, int64_t H, int64_t d,
+                                                  std::span<const double> kv, std::span<const double> sink,
+                                                  std::span<const int32_t> idxs, int64_t k, double scale,
+                                                  const BoundModel& model, int out_bits, int64_t block) {
+  if (N < 0 || H < 1 || d < 1 || k < 0 || block < 1 || q.size() != static_cast<size_t>(N * H * d) ||
+      kv.size() % static_cast<size_t>(d) != 0 || sink.size() != static_cast<size_t>(H) ||
+      idxs.size() != static_cast<size_t>(N * k) || !(scale > 0))
+    throw InputError(fmt::format("attention bounds: q {} values for [{}, {}, {}], kv {} (rows of {}), sink {}, idxs {} "
+                                 "for [{}, {}], scale {}", q.size(), N, H, d, kv.size(), d, sink.size(), idxs.size(), N, k, scale));
+  const int64_t rows = static_cast<int64_t>(kv.size()) / d;
+  for (int32_t j : idxs)
+    if (j < -1 || j >= rows) throw InputError(fmt::format("attention bounds: index {} outside [-1, {})", j, rows));
+  // The scale as given or rounded to fp32 (§12.1); every fp32 exp within the model's ulps.
+  const double c32 = static_cast<double>(static_cast<float>(scale));
+  const double c_lo = std::min(scale, c32), c_hi = std::max(scale, c32);
+  const double fn = model.function_ulps * 0x1p-23;
+  const int64_t blocks = (k + block - 1) / block;
+  const double ref = gamma(d + k + 16, kU64);
+  std::vector<BoundedValue> out(q.size());
+  std::vector<int32_t> live;
+  std::vector<double> s, err, p_lo, p_hi;
+  for (int64_t t = 0; t < N; ++t) {
+    live.clear();
+    for (int64_t i = 0; i < k; ++i)
+      if (idxs[static_cast<size_t>(t * k + i)] >= 0) live.push_back(idxs[static_cast<size_t>(t * k + i)]);
+    const size_t n = live.size();
+    for (int64_t h = 0; h < H; ++h) {
+      const double* qh = q.data() + (t * H + h) * d;
+      BoundedValue* o = out.data() + (t * H + h) * d;
+      if (n == 0) {  // no key: the numerator is an empty sum
+        for (int64_t c = 0; c < d; ++c) o[c] = {0, {0, 0}, 0};
+        continue;
+      }
+      // Each score in f64 with the bound of its fp32 dot product (§5) and of the scale's two values.
+      s.assign(n, 0);
+      err.assign(n, 0);
+      double smax = -INFINITY, sabs = std::fabs(sink[static_cast<size_t>(h)]);
+      for (size_t j = 0; j < n; ++j) {
+        const double* kj = kv.data() + static_cast<int64_t>(live[j]) * d;
+        double dot = 0, abs = 0;
+        for (int64_t c = 0; c < d; ++c) dot += qh[c] * kj[c], abs += std::fabs(qh[c] * kj[c]);
+        s[j] = scale * dot;
+        err[j] = c_hi * (sum_error_bound(d, abs, model.accumulation, false) + ref * abs) + (c_hi - c_lo) * std::fabs(dot);
+        smax = std::max(smax, s[j]);
+        sabs = std::max(sabs, std::fabs(s[j]) + err[j]);
+      }
+      // A probability's relative error as a factor e^{±Δ}: its score's error, three roundings of the score
+      // (the scale's product, a folded log2(e), the subtraction of a running max, each within u of the
+      // largest magnitude), and per block of the online softmax one exp and one rescale (§12.2).
+      const double per_exp = fn * (1 + fn) + 2 * kU32 + 2 * kU32 * sabs;
+      const double common = static_cast<double>(blocks + 1) * per_exp + ref;
+      p_lo.assign(n, 0);
+      p_hi.assign(n, 0);
+      double den = 0, den_lo = 0, den_hi = 0;
+      for (size_t j = 0; j < n; ++j) {
+        const double p = std::exp(s[j] - smax), delta = err[j] + 3 * kU32 * std::fabs(s[j]) + common;
+        den += p;
+        p_lo[j] = std::max(0.0, p * std::exp(-delta) * (1 - kBf16) - kTiny);
+        p_hi[j] = p * std::exp(delta) * (1 + kBf16) + kTiny;
+        den_lo += p_lo[j];
+        den_hi += p_hi[j];
+      }
+      const double ps = std::exp(sink[static_cast<size_t>(h)] - smax);
+      den += ps;
+      den_lo += std::max(0.0, ps * std::exp(-common) - kTiny);
+      den_hi += ps * std::exp(common) + kTiny;
+      // The sums' own roundings: k terms, a rescale and a block sum per block, the sink (§2).
+      const int64_t terms = static_cast<int64_t>(n) + 2 * blocks + 2;
+      const double e_den = sum_error_bound(terms, den_hi, model.accumulation, false);
+      den_lo = (den_lo - e_den) * (1 - ref);
+      den_hi = (den_hi + e_den) * (1 + ref);
+      for (int64_t c = 0; c < d; ++c) {
+        double num = 0, lo = 0, hi = 0, abs = 0;
+        for (size_t j = 0; j < n; ++j) {
+          const double v = kv[static_cast<size_t>(static_cast<int64_t>(live[j]) * d + c)];
+          num += std::exp(s[j] - smax) * v;
+          const double a = p_lo[j] * v, b = p_hi[j] * v;
+          lo += std::min(a, b);
+          hi += std::max(a, b);
+          abs += p_hi[j] * std::fabs(v);
+        }
+        const double e_num = sum_error_bound(terms, abs, model.accumulation, false) + ref * abs;
+        lo -= e_num;
+        hi += e_num;
+        // num / den over the corners (den > 0), then the division's rounding, or a reciprocal's two.
+        double r_lo = lo >= 0 ? lo / den_hi : lo / den_lo, r_hi = hi >= 0 ? hi / den_lo : hi / den_hi;
+        if (!(den_lo > 0)) r_lo = -INFINITY, r_hi = INFINITY;  // a denominator the bound cannot keep from 0
+        const double value = num / den;
+        o[c] = bounded_result(value, r_lo - 2 * kU32 * std::fabs(r_lo), r_hi + 2 * kU32 * std::fabs(r_hi), model.scale,
+                              out_bits);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace ced::bounds

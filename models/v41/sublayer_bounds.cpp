@@ -1,0 +1,331 @@
+// docs/sound-bounds.md §12-§14: the v41 sublayers' ops bounded under op-level forcing; see sublayer_bounds.hpp.
+#include "models/v41/sublayer_bounds.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "compare/attention_bounds.hpp"
+#include "model/error.hpp"
+#include "models/v41/forward_ops.hpp"
+#include "models/v41/forward_weights.hpp"
+#include "models/v41/numerics.hpp"
+#include "models/v41/router_bounds.hpp"
+
+namespace ced::v41 {
+
+using bounds::BoundedValue;
+using bounds::Interval;
+
+namespace {
+
+constexpr double kU32 = 0x1p-24;   // fp32's unit roundoff
+constexpr double kBf16 = 0x1p-8;   // a bf16 rounding, relative: its unit roundoff (8 significant bits)
+constexpr double kTiny = 0x1p-140; // an fp32 result that underflows: absolute
+
+std::vector<Interval> points(std::span<const double> x) {
+  std::vector<Interval> v(x.size());
+  for (size_t i = 0; i < x.size(); ++i) v[i] = {x[i], x[i]};
+  return v;
+}
+// A tensor the release holds in bf16 that an implementation may keep in fp32 instead (a fused kernel):
+// both the value and its bf16 rounding, within 2^-8 of it.
+Interval either_rounded(Interval v) {
+  return {v.lo - kBf16 * std::fabs(v.lo), v.hi + kBf16 * std::fabs(v.hi)};
+}
+// The product's exact range, then one fp32 rounding of any result in it.
+Interval times(Interval a, Interval b) {
+  const double p[4] = {a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi};
+  const double lo = *std::min_element(p, p + 4), hi = *std::max_element(p, p + 4);
+  return {lo - kU32 * std::fabs(lo) - kTiny, hi + kU32 * std::fabs(hi) + kTiny};
+}
+// silu(x) = x / (1 + e^-x) over [a, b]: falling to its minimum at x* (silu'(x*) = 0), rising after; then
+// the implementation's exp within its ulps and three roundings (a sum, a division or a reciprocal and a
+// product), relative to the largest magnitude (§14.1).
+Interval silu(Interval x, double fn) {
+  constexpr double xs = -1.2784645427610738, ys = -0.27846454276107380;  // the minimum
+  auto f = [](double v) { return v / (1 + std::exp(-v)); };
+  double lo = std::min(f(x.lo), f(x.hi)), hi = std::max(f(x.lo), f(x.hi));
+  if (x.lo < xs && xs < x.hi) lo = ys;
+  const double e = (fn + 4 * kU32) * std::max(std::fabs(lo), std::fabs(hi)) + kTiny;
+  return {lo - e, hi + e};
+}
+
+// RoPE on intervals, row t at position t: each head's last 2·half values as pairs (x0 + i x1) times
+// (c + i s), or its conjugate when inverse; each table entry within the functions' ulps of ours, two
+// products and a sum rounded in fp32 (§13.1), then bf16 (the tensor is bf16).
+void rope_bounds(std::vector<Interval>& x, int64_t rows, int64_t heads, int64_t d, const fwd::RopeTable& rope,
+                 bool inverse, double fn) {
+  const int64_t half = rope.half, first = d - 2 * half;
+  auto combine = [](Interval p, Interval q, bool plus) {
+    const double lo = plus ? p.lo + q.lo : p.lo - q.hi, hi = plus ? p.hi + q.hi : p.hi - q.lo;
+    const double mag = std::max(std::fabs(p.lo), std::fabs(p.hi)) + std::max(std::fabs(q.lo), std::fabs(q.hi));
+    const double e = 3 * kU32 * mag * (1 + kU32);
+    return bounds::rounded_nearest(lo - e, hi + e, 8);
+  };
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t h = 0; h < heads; ++h) {
+      Interval* v = x.data() + (t * heads + h) * d + first;
+      for (int64_t i = 0; i < half; ++i) {
+        const double cs = rope.cos[static_cast<size_t>(t * half + i)], sn = rope.sin[static_cast<size_t>(t * half + i)];
+        const Interval ci{cs - fn * std::fabs(cs) - kTiny, cs + fn * std::fabs(cs) + kTiny};
+        const Interval si{sn - fn * std::fabs(sn) - kTiny, sn + fn * std::fabs(sn) + kTiny};
+        const Interval x0 = v[2 * i], x1 = v[2 * i + 1];
+        v[2 * i] = combine(times(x0, ci), times(x1, si), inverse);
+        v[2 * i + 1] = inverse ? combine(times(x1, ci), times(x0, si), false) : combine(times(x0, si), times(x1, ci), true);
+      }
+    }
+}
+
+std::vector<Interval> admissible_of(std::span<const BoundedValue> b) {
+  std::vector<Interval> v(b.size());
+  for (size_t i = 0; i < b.size(); ++i) v[i] = b[i].admissible;
+  return v;
+}
+
+// An RMSNorm over rows of n on intervals, bf16 out.
+std::vector<Interval> rmsnorm_intervals(std::span<const Interval> x, int64_t n, std::span<const double> w, double eps,
+                                        const bounds::BoundModel& model) {
+  std::vector<double> lo(x.size()), hi(x.size());
+  for (size_t i = 0; i < x.size(); ++i) lo[i] = x[i].lo, hi[i] = x[i].hi;
+  return admissible_of(bounds::rmsnorm_bounds(lo, hi, n, w, eps, model, 8));
+}
+
+double qdq_at(double x, float s) {
+  const float v = static_cast<float>(x) / s;
+  return static_cast<double>(f32_from_e4m3(e4m3_from_f32(v))) * static_cast<double>(s);
+}
+
+}  // namespace
+
+void V41Straddles::add(int64_t v, int64_t s, const std::string& where) {
+  if ((v > 0 || s > 0) && first.empty()) first = where;
+  values += v;
+  scales += s;
+}
+
+void v41_act_qdq_bounds(std::span<Interval> x, int64_t K, V41Straddles* straddles, const std::string& what) {
+  if (K < kFp8Block || K % kFp8Block != 0 || x.size() % static_cast<size_t>(K) != 0)
+    throw InputError(fmt::format("act_quant bounds: {} values in rows of {} (a multiple of {})", x.size(), K, kFp8Block));
+  const size_t blocks = x.size() / static_cast<size_t>(kFp8Block);
+  for (size_t b = 0; b < blocks; ++b) {
+    Interval* v = x.data() + b * kFp8Block;
+    // The block's amax ranges from the largest least magnitude to the largest magnitude.
+    double amax_lo = 0, amax_hi = 0;
+    for (int64_t i = 0; i < kFp8Block; ++i) {
+      const double least = v[i].lo <= 0 && 0 <= v[i].hi ? 0 : std::min(std::fabs(v[i].lo), std::fabs(v[i].hi));
+      amax_lo = std::max(amax_lo, least);
+      amax_hi = std::max({amax_hi, std::fabs(v[i].lo), std::fabs(v[i].hi)});
+    }
+    // Its scale: the kernel's 2^ceil(log2(fp32(amax · fp32(1/448)))) or the same of the exact amax / 448,
+    // at either end; every power of two between them is some amax's in the interval.
+    float s_lo = INFINITY, s_hi = 0;
+    for (double a : {amax_lo, amax_hi}) {
+      const float f = std::max(static_cast<float>(a), kFp8AmaxFloor);
+      for (float s : {ue8m0_scale(f, kFp8MaxInv), static_cast<float>(ue8m0_scale_f64(static_cast<double>(f), 1.0 / 448))})
+        s_lo = std::min(s_lo, s), s_hi = std::max(s_hi, s);
+    }
+    int64_t scales = 0, reached = 0;
+    for (int64_t i = 0; i < kFp8Block; ++i) {
+      double lo = INFINITY, hi = -INFINITY;
+      for (float s = s_lo; s <= s_hi; s *= 2) {
+        lo = std::min(lo, qdq_at(v[i].lo, s));
+        hi = std::max(hi, qdq_at(v[i].hi, s));
+        if (i == 0) ++scales;
+      }
+      reached += lo != hi;
+      v[i] = {lo, hi};
+    }
+    if (straddles && (reached > 0 || scales > 1)) {
+      const size_t row = b * kFp8Block / static_cast<size_t>(K), blk = b % (static_cast<size_t>(K) / kFp8Block);
+      straddles->add(reached, scales > 1 ? 1 : 0,
+                     fmt::format("{}, row {}, block {}: {} e4m3 values{}", what, row, blk, reached,
+                                 scales > 1 ? fmt::format(" and {} scales", scales) : ""));
+    }
+  }
+}
+
+std::vector<BoundedValue> v41_linear_w_bounds(const V41Model& m, std::span<const Interval> x, int64_t M, const V41Linear& w,
+                                              const bounds::BoundModel& model, int out_bits, V41Straddles* straddles,
+                                              const std::string& what) {
+  if (x.size() != static_cast<size_t>(M * w.in))
+    throw InputError(fmt::format("linear bounds{}: {} inputs for [{}, {}]", what.empty() ? "" : " of " + what, x.size(), M, w.in));
+  std::vector<Interval> q(x.begin(), x.end());
+  if (m.regime() == V41Regime::release && w.kind != V41Linear::Kind::Plain)
+    v41_act_qdq_bounds(q, w.in, straddles, "act_quant of " + what + "'s input");
+  std::vector<double> lo(q.size()), hi(q.size());
+  for (size_t i = 0; i < q.size(); ++i) lo[i] = q[i].lo, hi[i] = q[i].hi;
+  return bounds::linear_bounds(lo, hi, M, w.in, w.w, w.out, model, out_bits);
+}
+
+std::vector<BoundedValue> v41_attn_x_bounds(const V41Model& m, int64_t layer, std::span<const double> streams,
+                                            std::span<const double> pre_mix, int64_t N, const bounds::BoundModel& model) {
+  const V41Config& c = m.config();
+  const int64_t hc = c.hc_mult, D = c.dim;
+  if (streams.size() != static_cast<size_t>(N * hc * D) || pre_mix.size() != static_cast<size_t>(N * hc))
+    throw InputError(fmt::format("attn_x bounds: streams {} values, pre_mix {} for [{}, {}, {}]", streams.size(),
+                                 pre_mix.size(), N, hc, D));
+  // The collapse: hc fp32 products (inexact: fp32 weights times bf16 streams) summed in any order, bf16.
+  std::vector<Interval> y(static_cast<size_t>(N * D));
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t d = 0; d < D; ++d) {
+      double v = 0, abs = 0;
+      for (int64_t i = 0; i < hc; ++i) {
+        const double p = pre_mix[static_cast<size_t>(t * hc + i)] * streams[static_cast<size_t>((t * hc + i) * D + d)];
+        v += p;
+        abs += std::fabs(p);
+      }
+      const double e = bounds::sum_error_bound(hc, abs, bounds::AccumulationModel::fp32(), false) + 0x1p-50 * abs;
+      y[static_cast<size_t>(t * D + d)] = bounds::bounded_result(v, v - e, v + e, model.scale, 8).admissible;
+    }
+  std::vector<double> lo(y.size()), hi(y.size());
+  for (size_t i = 0; i < y.size(); ++i) lo[i] = y[i].lo, hi[i] = y[i].hi;
+  return bounds::rmsnorm_bounds(lo, hi, D, m.layer_weights(layer).attn_norm, c.norm_eps, model, 8);
+}
+
+V41QkvBounds v41_attention_qkv_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
+                                      const bounds::BoundModel& model) {
+  V41QkvBounds out;
+  V41Straddles *sq = &out.q_straddles, *skv = &out.kv_straddles;
+  const V41Config& c = m.config();
+  const int64_t H = c.n_heads, hd = c.head_dim;
+  if (x.size() != static_cast<size_t>(N * c.dim))
+    throw InputError(fmt::format("attention q/kv bounds: {} values for [{}, {}]", x.size(), N, c.dim));
+  const fwd::Arith a(m.regime());
+  const fwd::RopeTable rope = fwd::layer_rope(a, c, m.plan()[layer], N);
+  const double fn = model.function_ulps * 0x1p-23;
+  const V41LayerWeights& w = m.layer_weights(layer);
+  const std::vector<Interval> xi = points(x);
+  // q: wq_a, q_norm, wq_b (each bf16), RoPE.
+  std::vector<Interval> qr = admissible_of(v41_linear_w_bounds(m, xi, N, w.wq_a, model, 8, sq, "wq_a"));
+  qr = rmsnorm_intervals(qr, c.q_lora_rank, w.q_norm, c.norm_eps, model);
+  std::vector<Interval> q = admissible_of(v41_linear_w_bounds(m, qr, N, w.wq_b, model, 8, sq, "wq_b"));
+  rope_bounds(q, N, H, hd, rope, false, fn);
+  // The window KV: wkv, kv_norm, RoPE, then the FP8 QDQ of the whole vector.
+  std::vector<Interval> kv = admissible_of(v41_linear_w_bounds(m, xi, N, w.wkv, model, 8, skv, "wkv"));
+  kv = rmsnorm_intervals(kv, hd, w.kv_norm, c.norm_eps, model);
+  rope_bounds(kv, N, 1, hd, rope, false, fn);
+  v41_act_qdq_bounds(kv, hd, skv, "the window KV's QDQ");
+  auto bounded = [](const std::vector<Interval>& v) {
+    std::vector<BoundedValue> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = {(v[i].lo + v[i].hi) / 2, v[i], (v[i].lo + v[i].hi) / 2};
+    return b;
+  };
+  out.q = bounded(q);
+  out.kv = bounded(kv);
+  return out;
+}
+
+std::vector<BoundedValue> v41_attention_core_bounds(const V41Model& m, int64_t layer, std::span<const double> q,
+                                                    std::span<const double> kv, std::span<const int32_t> idx, int64_t N,
+                                                    const bounds::BoundModel& model) {
+  const V41Config& c = m.config();
+  const int64_t k = N > 0 ? static_cast<int64_t>(idx.size()) / N : 0;
+  return bounds::sparse_attention_bounds(q, N, c.n_heads, c.head_dim, kv, m.layer_weights(layer).attn_sink, idx, k,
+                                         std::pow(static_cast<double>(c.head_dim), -0.5), model, 8);
+}
+
+std::vector<BoundedValue> v41_attention_output_bounds(const V41Model& m, int64_t layer, std::span<const double> o,
+                                                      int64_t N, const bounds::BoundModel& model, V41Straddles* straddles) {
+  const V41Config& c = m.config();
+  const int64_t H = c.n_heads, hd = c.head_dim, G = c.o_groups, R = c.o_lora_rank, gd = H * hd / G;
+  if (o.size() != static_cast<size_t>(N * H * hd))
+    throw InputError(fmt::format("attention output bounds: {} values for N {} of [{}, {}]", o.size(), N, H, hd));
+  const fwd::Arith a(m.regime());
+  const fwd::RopeTable rope = fwd::layer_rope(a, c, m.plan()[layer], N);
+  std::vector<Interval> x = points(o);
+  rope_bounds(x, N, H, hd, rope, true, model.function_ulps * 0x1p-23);
+  // wo_a by groups, a bf16 einsum on the dequantized weight.
+  std::vector<Interval> og(static_cast<size_t>(N * G * R));
+  const V41LayerWeights& w = m.layer_weights(layer);
+  for (int64_t g = 0; g < G; ++g) {
+    std::vector<double> lo(static_cast<size_t>(N * gd)), hi(lo.size());
+    for (int64_t t = 0; t < N; ++t)
+      for (int64_t i = 0; i < gd; ++i) {
+        const Interval& v = x[static_cast<size_t>((t * G + g) * gd + i)];
+        lo[static_cast<size_t>(t * gd + i)] = v.lo, hi[static_cast<size_t>(t * gd + i)] = v.hi;
+      }
+    const auto y = bounds::linear_bounds(lo, hi, N, gd, std::span<const double>(w.wo_a.w).subspan(static_cast<size_t>(g * R * gd),
+                                                                                                   static_cast<size_t>(R * gd)),
+                                         R, model, 8);
+    for (int64_t t = 0; t < N; ++t)
+      for (int64_t r = 0; r < R; ++r) og[static_cast<size_t>((t * G + g) * R + r)] = y[static_cast<size_t>(t * R + r)].admissible;
+  }
+  return v41_linear_w_bounds(m, og, N, w.wo_b, model, 8, straddles, "wo_b");
+}
+
+std::vector<BoundedValue> v41_moe_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
+                                         std::span<const int64_t> experts, const bounds::BoundModel& model,
+                                         V41Straddles* straddles) {
+  const V41Config& c = m.config();
+  const int64_t D = c.dim, E = c.n_routed_experts, K = c.n_activated_experts;
+  if (x.size() != static_cast<size_t>(N * D) || experts.size() != static_cast<size_t>(N * K))
+    throw InputError(fmt::format("moe bounds: x {} values for [{}, {}], experts {} for [{}, {}]", x.size(), N, D,
+                                 experts.size(), N, K));
+  for (int64_t e : experts)
+    if (e < 0 || e >= E) throw InputError(fmt::format("moe bounds: expert {} outside [0, {})", e, E));
+  const auto router = v41_router_bounds(c, x, N, m.gate_weight(layer), m.gate_bias(layer), model);
+  if (!router) return {};  // a router the derivation does not cover
+  const V41LayerWeights& w = m.layer_weights(layer);
+  const double fn = model.function_ulps * 0x1p-23, limit = c.swiglu_limit;
+  std::vector<double> acc_lo(x.size(), 0), acc_hi(x.size(), 0), abs(x.size(), 0);
+  // One expert on the rows `rows` (each with its route weight's interval, or none: the shared expert);
+  // its result, bf16 or kept in fp32, added to the rows' sums.
+  auto expert = [&](const V41ExpertWeights& ew, const std::vector<int64_t>& rows, const std::vector<Interval>* route,
+                    const std::string& name) {
+    const int64_t M = static_cast<int64_t>(rows.size()), I = ew.w1.out;
+    std::vector<Interval> xe;
+    for (int64_t t : rows)
+      for (int64_t d = 0; d < D; ++d) xe.push_back({x[static_cast<size_t>(t * D + d)], x[static_cast<size_t>(t * D + d)]});
+    const auto g = v41_linear_w_bounds(m, xe, M, ew.w1, model, 24, straddles, name + " w1");
+    const auto u = v41_linear_w_bounds(m, xe, M, ew.w3, model, 24, straddles, name + " w3");
+    std::vector<Interval> h(static_cast<size_t>(M * I));
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t i = 0; i < I; ++i) {
+        const size_t at = static_cast<size_t>(r * I + i);
+        Interval gi = either_rounded(g[at].admissible), ui = either_rounded(u[at].admissible);
+        if (limit > 0) {
+          gi = {std::min(gi.lo, limit), std::min(gi.hi, limit)};
+          ui = {std::clamp(ui.lo, -limit, limit), std::clamp(ui.hi, -limit, limit)};
+        }
+        Interval hv = times(silu(gi, fn), ui);
+        if (route) hv = times((*route)[static_cast<size_t>(r)], hv);
+        h[at] = either_rounded(hv);
+      }
+    const auto y = v41_linear_w_bounds(m, h, M, ew.w2, model, 24, straddles, name + " w2");
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t d = 0; d < D; ++d) {
+        const Interval v = either_rounded(y[static_cast<size_t>(r * D + d)].admissible);
+        const size_t at = static_cast<size_t>(rows[static_cast<size_t>(r)] * D + d);
+        acc_lo[at] += v.lo;
+        acc_hi[at] += v.hi;
+        abs[at] += std::max(std::fabs(v.lo), std::fabs(v.hi));
+      }
+  };
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<int64_t> rows;
+    std::vector<Interval> route;
+    for (int64_t t = 0; t < N; ++t)
+      for (int64_t j = 0; j < K; ++j)
+        if (experts[static_cast<size_t>(t * K + j)] == e) {
+          rows.push_back(t);
+          route.push_back(v41_route_weight_bounds(c, *router, t, experts.subspan(static_cast<size_t>(t * K), static_cast<size_t>(K)),
+                                                  model)[static_cast<size_t>(j)]);
+        }
+    if (!rows.empty()) expert(w.experts[static_cast<size_t>(e)], rows, &route, fmt::format("expert {}", e));
+  }
+  std::vector<int64_t> all(static_cast<size_t>(N));
+  for (int64_t t = 0; t < N; ++t) all[static_cast<size_t>(t)] = t;
+  expert(w.shared, all, nullptr, "the shared expert");
+  // The K + 1 results summed in fp32 in any order (§2), then bf16.
+  std::vector<BoundedValue> out(x.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const double e = bounds::sum_error_bound(K + 1, abs[i], bounds::AccumulationModel::fp32(), true);
+    out[i] = bounds::bounded_result((acc_lo[i] + acc_hi[i]) / 2, acc_lo[i] - e, acc_hi[i] + e, model.scale, 8);
+  }
+  return out;
+}
+
+}  // namespace ced::v41

@@ -1,0 +1,70 @@
+#pragma once
+// Admissible results of the v41 sublayers' ops under op-level forcing (docs/sound-bounds.md §12-§14): each
+// op computed from the inputs the implementation was given (the official run's own), intervals carried in
+// f64 through its elementwise steps, every quantizer admitting each result its input interval reaches.
+// What the gate judges "attn_o (forced q, kv, idx)", "attn_out (forced o)" and "ffn_out (forced x)" by.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compare/op_bounds.hpp"
+#include "models/v41/forward.hpp"
+#include "models/v41/forward_weights.hpp"
+
+namespace ced::v41 {
+
+// Where a quantizer's input interval reached more than one result: the first such place, named, and
+// how many values and block scales did (the report's "both e4m3 values admissible").
+struct V41Straddles {
+  int64_t values = 0, scales = 0;
+  std::string first;  // "act_quant of wo_b's input, row 3, block 17: 2 scales"
+  void add(int64_t values, int64_t scales, const std::string& where);
+};
+
+// act_quant's QDQ (FP8 e4m3, one ue8m0 scale per 32 along rows of K) on inputs known as intervals, in
+// place: a block's scale may be any the interval of its amax reaches (by the kernel's product with
+// fp32(1/448) or an exact division), each value any QDQ result of its interval under any of them.
+void v41_act_qdq_bounds(std::span<bounds::Interval> x, int64_t K, V41Straddles* straddles = nullptr,
+                        const std::string& what = "act_quant");
+
+// linear_w's admissible results on interval inputs x [M, w.in] (a point is an interval of width 0): in the
+// release regime on an FP8 or FP4 weight, act_quant first, then the products of the QDQ values with the
+// dequantized weight; else the plain product. Outputs [M, w.out] rounded to out_bits.
+std::vector<bounds::BoundedValue> v41_linear_w_bounds(const V41Model& m, std::span<const bounds::Interval> x, int64_t M,
+                                                      const V41Linear& w, const bounds::BoundModel& model, int out_bits,
+                                                      V41Straddles* straddles = nullptr, const std::string& what = "");
+
+// The attention's input (§13.3): the collapse of the block's streams [N, hc, dim] (after its Engram) with the
+// pre_mix [N, hc] it was given, then attn_norm. [N, dim] bf16.
+std::vector<bounds::BoundedValue> v41_attn_x_bounds(const V41Model& m, int64_t layer, std::span<const double> streams,
+                                                    std::span<const double> pre_mix, int64_t N,
+                                                    const bounds::BoundModel& model);
+
+// The attention's query and window KV (§13.2) on x [N, dim] (attn_norm's output): q [N, n_heads, head_dim]
+// after wq_a, q_norm, wq_b and the RoPE; the window KV rows [N, head_dim] after wkv, kv_norm, the RoPE and
+// the FP8 QDQ. Their intervals carried through every op, bf16 at each of the release's casts.
+struct V41QkvBounds {
+  std::vector<bounds::BoundedValue> q, kv;
+  V41Straddles q_straddles, kv_straddles;
+};
+V41QkvBounds v41_attention_qkv_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
+                                      const bounds::BoundModel& model);
+
+// sparse_attn alone (§12) on q [N, n_heads, head_dim], kv rows, index lists [N, k]: bf16 outputs.
+std::vector<bounds::BoundedValue> v41_attention_core_bounds(const V41Model& m, int64_t layer, std::span<const double> q,
+                                                            std::span<const double> kv, std::span<const int32_t> idx,
+                                                            int64_t N, const bounds::BoundModel& model);
+// The attention's output projection alone (§13) on sparse_attn's output o: the inverse RoPE (its products
+// and sum in fp32, then bf16), wo_a by groups (bf16), wo_b (linear_w, bf16). [N, dim].
+std::vector<bounds::BoundedValue> v41_attention_output_bounds(const V41Model& m, int64_t layer, std::span<const double> o,
+                                                              int64_t N, const bounds::BoundModel& model,
+                                                              V41Straddles* straddles = nullptr);
+// The MoE alone (§14) on x [N, dim] (ffn_norm's output) under the selection `experts` [N, n_activated]
+// (the implementation's own, judged apart): each routed expert with its route weight's interval, the shared
+// expert, the clamped SwiGLU, the sum in any order. [N, dim] bf16.
+std::vector<bounds::BoundedValue> v41_moe_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
+                                                 std::span<const int64_t> experts, const bounds::BoundModel& model,
+                                                 V41Straddles* straddles = nullptr);
+
+}  // namespace ced::v41
