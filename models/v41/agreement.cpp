@@ -232,6 +232,120 @@ struct Gate {
     const auto admissible = v41_attention_output_bounds(model, l, o.attn_o, N, *bounds, &st);
     bounded(l, "attn_out (forced o)", model.attention_output(l, o.attn_o, N), o.attn_out, admissible, c.dim, st);
   }
+  // An index source's selection and, on the candidate source, its pool, judged against the index scores'
+  // intervals from the official's attn_x and the keys it read (docs/sound-bounds.md §13.4): each side's rows
+  // admissible, near-ties named. Exact lists in f64, or where the file lacks the keys.
+  void index_selection(int64_t l, const LayerPlan& lp, const V41LayerCapture& o, const V41SharedAttention& before,
+                       const V41LayerCapture& mine, int64_t N) {
+    const V41Config& c = model.config();
+    const std::vector<double>& keys = lp.owns_index_k ? o.index_k : before.index_k;
+    const int64_t T = lp.ratio > 0 ? N / lp.ratio : 0;
+    const bool masked = !lp.candidate_source && lp.cand_src >= 0;
+    if (!bounds || o.topk_idxs.empty() || T == 0 || keys.size() < static_cast<size_t>(T * c.index_head_dim) ||
+        (masked && before.candidates.size() != static_cast<size_t>(N * T))) {
+      lists(l, "topk_idxs (forced x)", mine.topk_idxs, o.topk_idxs, mine.index_score, N);
+      if (lp.candidate_source) lists(l, "candidates (forced x)", mine.candidates, o.candidates, {}, 0);
+      return;
+    }
+    V41Straddles st;
+    const std::vector<bounds::Interval> score =
+        v41_index_score_bounds(model, l, o.attn_x, N, keys, masked ? std::span<const uint8_t>(before.candidates)
+                                                                   : std::span<const uint8_t>(), *bounds, &st);
+    const int64_t k = std::min(c.index_topk, T);
+    selection(l, "topk_idxs (forced x)", N, T, [&](const std::vector<int32_t>& sel, int64_t t) {
+      return judge_row(std::span<const bounds::Interval>(score).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
+                       std::span<const int32_t>(sel).subspan(static_cast<size_t>(t * k), static_cast<size_t>(k)), N);
+    }, mine.topk_idxs, o.topk_idxs, k, st);
+    if (!lp.candidate_source || o.candidates.empty()) return;
+    // The pool: per query the blocks' largest scores, the block holding its last visible group pinned above all.
+    const int64_t B = c.candidate_block_size, nb = (T + B - 1) / B, kb = std::min(c.candidate_topk_blocks, nb);
+    std::vector<bounds::Interval> blocks(static_cast<size_t>(N * nb), bounds::Interval{-INFINITY, -INFINITY});
+    for (int64_t t = 0; t < N; ++t) {
+      bounds::Interval* row = blocks.data() + t * nb;
+      for (int64_t j = 0; j < T; ++j) {
+        const bounds::Interval v = score[static_cast<size_t>(t * T + j)];
+        row[j / B] = {std::max(row[j / B].lo, v.lo), std::max(row[j / B].hi, v.hi)};
+      }
+      if (const int64_t visible = (t + 1) / lp.ratio; visible > 0) row[(visible - 1) / B] = {INFINITY, INFINITY};
+    }
+    // A mask [N, T] as the kept blocks of each row, -1 where a block is kept in part only (no pool's).
+    auto kept = [&](const std::vector<uint8_t>& mask) {
+      std::vector<int32_t> out(static_cast<size_t>(N * kb), -1);
+      for (int64_t t = 0; t < N && mask.size() == static_cast<size_t>(N * T); ++t) {
+        int64_t n = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          int64_t on = 0, len = std::min(B, T - b * B);
+          for (int64_t j = b * B; j < b * B + len; ++j) on += mask[static_cast<size_t>(t * T + j)] != 0;
+          if (on == 0) continue;
+          if (on != len || n == kb) {  // part of a block, or more blocks than the pool holds
+            out[static_cast<size_t>(t * kb)] = -2;
+            break;
+          }
+          out[static_cast<size_t>(t * kb + n++)] = static_cast<int32_t>(b);
+        }
+      }
+      return out;
+    };
+    selection(l, "candidates (forced x)", N, nb, [&](const std::vector<int32_t>& sel, int64_t t) {
+      return judge_row(std::span<const bounds::Interval>(blocks).subspan(static_cast<size_t>(t * nb), static_cast<size_t>(nb)),
+                       std::span<const int32_t>(sel).subspan(static_cast<size_t>(t * kb), static_cast<size_t>(kb)), 0);
+    }, kept(mine.candidates), kept(o.candidates), kb, {});
+  }
+  // A row of a published selection (k entries: index + offset, or -1 for "none") judged by judge_topk over
+  // the positions of finite score; a "none" or a chosen position of score -inf is admissible only when every
+  // finite one is chosen. -2 marks a row that is no selection at all. Positions are reported as given.
+  static bounds::TopkJudgement judge_row(std::span<const bounds::Interval> score, std::span<const int32_t> row,
+                                         int64_t offset) {
+    const int64_t n = static_cast<int64_t>(score.size());
+    std::vector<int64_t> finite, at(static_cast<size_t>(n), -1), chosen;
+    for (int64_t p = 0; p < n; ++p)
+      if (score[static_cast<size_t>(p)].hi > -INFINITY) at[static_cast<size_t>(p)] = static_cast<int64_t>(finite.size()), finite.push_back(p);
+    std::vector<uint8_t> used(static_cast<size_t>(n), 0);
+    int64_t none = -1;  // a chosen "none" or -inf position, if any
+    for (int32_t e : row) {
+      const int64_t p = e - offset;
+      if (e == -1) { none = n; continue; }
+      if (e < -1 || p < 0 || p >= n || used[static_cast<size_t>(p)]) return {};  // out of range or twice
+      used[static_cast<size_t>(p)] = 1;
+      if (at[static_cast<size_t>(p)] < 0) none = p; else chosen.push_back(at[static_cast<size_t>(p)]);
+    }
+    if (none >= 0 && chosen.size() < finite.size()) {  // a finite score left out for a -inf one
+      for (int64_t p : finite)
+        if (!used[static_cast<size_t>(p)]) return {false, false, none + offset, p + offset};
+    }
+    std::vector<bounds::Interval> fs(finite.size());
+    for (size_t i = 0; i < finite.size(); ++i) fs[i] = score[static_cast<size_t>(finite[i])];
+    if (chosen.size() > finite.size()) return {};
+    bounds::TopkJudgement j = none >= 0 ? bounds::TopkJudgement{true} : bounds::judge_topk(fs, chosen);
+    if (j.in >= 0) j.in = finite[static_cast<size_t>(j.in)] + offset;
+    if (j.out >= 0) j.out = finite[static_cast<size_t>(j.out)] + offset;
+    return j;
+  }
+  template <typename Judge>
+  void selection(int64_t l, const std::string& kind, int64_t N, int64_t n, Judge judge, const std::vector<int32_t>& ours,
+                 const std::vector<int32_t>& official, int64_t k, const V41Straddles& st) {
+    V41TensorAgreement& r = row(l, kind);
+    const std::string at = fmt::format("layer {}{}", l, step);
+    const std::vector<int64_t> a(ours.begin(), ours.end()), b(official.begin(), official.end());
+    v41_compare_rows(r, a, b, N, {}, 0);
+    r.bound_model = bounds->name();
+    if (official.size() == static_cast<size_t>(N * k) && ours.size() == official.size())
+      for (const auto& [side, sel] : {std::pair{"official", &official}, std::pair{"ours", &ours}})
+        for (int64_t t = 0; t < N; ++t) {
+          const bounds::TopkJudgement j = judge(*sel, t);
+          if (!j.admissible && r.outside++ == 0)
+            r.outside_at = j.in < 0 ? fmt::format("{} row {}: {} chose an entry twice, out of range, or not whole blocks",
+                                                  at, t, side)
+                                    : fmt::format("{} row {}: {} chose {} over {} (of {}), whose score is higher for every "
+                                                  "admissible value", at, t, side, j.in, j.out, n);
+          if (j.admissible && j.contested && side == std::string("official") && r.straddled++ == 0)
+            r.bound_use_at = fmt::format("{} row {}: {} and {} could trade places", at, t, j.in, j.out);
+        }
+    if (st.values > 0 || st.scales > 0)
+      r.notes.push_back(fmt::format("{} {}: {} quantized values and {} block scales admissible both ways; first: {}", kind,
+                                    at, st.values, st.scales, st.first));
+    v41_judge(r);
+  }
   // sparse_attn's index lists [N, k] a layer builds from a selection: the window's positions of a prefill
   // from 0, then the compressed part: the official's own selection where the layer owns the indexer, else
   // the one published before it (the official's, in teacher forcing).
@@ -387,10 +501,10 @@ void teacher_forced(Gate& g) {
     else
       g.lists(l, "attn_idx (forced x)", sa.attn_idx, o.attn_idx, {}, 0);
     if (lp.owns_compressor) g.values(l, "latent (forced x)", sa.latent, o.latent, c.head_dim);
-    if (lp.owns_indexer) g.lists(l, "topk_idxs (forced x)", sa.topk_idxs, o.topk_idxs, sa.index_score, N);
+    if (lp.owns_indexer) g.index_selection(l, lp, o, forced, sa, N);
     if (lp.owns_compressor) g.values(l, "compress_kv (forced x)", sa.compress_kv, o.compress_kv);
     if (lp.owns_index_k) g.values(l, "index_k (forced x)", sa.index_k, o.index_k);
-    if (lp.candidate_source) g.lists(l, "candidates (forced x)", sa.candidates, o.candidates, {}, 0);
+    if (lp.candidate_source && !g.bounds) g.lists(l, "candidates (forced x)", sa.candidates, o.candidates, {}, 0);
     g.attention_ops(l, o, N, sa.attn_o, ao);
     V41LayerCapture sm;
     const std::vector<double> mo = m.moe(l, o.ffn_x, N, sm);

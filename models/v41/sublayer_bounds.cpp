@@ -93,9 +93,66 @@ std::vector<Interval> rmsnorm_intervals(std::span<const Interval> x, int64_t n, 
   return admissible_of(bounds::rmsnorm_bounds(lo, hi, n, w, eps, model, 8));
 }
 
-double qdq_at(double x, float s) {
+// A block quantizer's rule (docs/v41.md §3): act_quant's FP8 e4m3 per 32, the indexer's FP4 e2m1 per 32,
+// each with a ue8m0 scale 2^ceil(log2(amax / max)) from the block's amax floored.
+struct QdqRule {
+  int64_t block;
+  float amax_floor, max_inv;  // the kernel's fp32 reciprocal of the format's largest value
+  double max_inv_exact;
+  bool fp4;
+  const char* format;
+};
+constexpr QdqRule kActQuant{kFp8Block, kFp8AmaxFloor, kFp8MaxInv, 1.0 / 448, false, "e4m3"};
+constexpr QdqRule kIndexFp4{kFp4Block, kFp4AmaxFloor, kFp4MaxInv, 1.0 / 6, true, "e2m1"};
+
+// x's QDQ value under the scale s: monotone in x (round to nearest, saturating or clamped).
+double qdq_at(double x, float s, bool fp4) {
   const float v = static_cast<float>(x) / s;
-  return static_cast<double>(f32_from_e4m3(e4m3_from_f32(v))) * static_cast<double>(s);
+  if (!fp4) return static_cast<double>(f32_from_e4m3(e4m3_from_f32(v))) * static_cast<double>(s);
+  const float c = v < -kE2m1Max ? -kE2m1Max : (v > kE2m1Max ? kE2m1Max : v);
+  return static_cast<double>(round_bf16(f32_from_e2m1(e2m1_from_f32(c)) * s));
+}
+
+void qdq_bounds(std::span<Interval> x, int64_t K, const QdqRule& rule, V41Straddles* straddles, const std::string& what) {
+  if (K < rule.block || K % rule.block != 0 || x.size() % static_cast<size_t>(K) != 0)
+    throw InputError(fmt::format("{} bounds: {} values in rows of {} (a multiple of {})", what, x.size(), K, rule.block));
+  const size_t blocks = x.size() / static_cast<size_t>(rule.block);
+  for (size_t b = 0; b < blocks; ++b) {
+    Interval* v = x.data() + b * static_cast<size_t>(rule.block);
+    // The block's amax ranges from the largest least magnitude to the largest magnitude.
+    double amax_lo = 0, amax_hi = 0;
+    for (int64_t i = 0; i < rule.block; ++i) {
+      const double least = v[i].lo <= 0 && 0 <= v[i].hi ? 0 : std::min(std::fabs(v[i].lo), std::fabs(v[i].hi));
+      amax_lo = std::max(amax_lo, least);
+      amax_hi = std::max({amax_hi, std::fabs(v[i].lo), std::fabs(v[i].hi)});
+    }
+    // Its scale: the kernel's 2^ceil(log2(fp32(amax · fp32(1/max)))) or the same of the exact amax / max,
+    // at either end; every power of two between them is some amax's in the interval.
+    float s_lo = INFINITY, s_hi = 0;
+    for (double a : {amax_lo, amax_hi}) {
+      const float f = std::max(static_cast<float>(a), rule.amax_floor);
+      for (float sc : {ue8m0_scale(f, rule.max_inv), static_cast<float>(ue8m0_scale_f64(static_cast<double>(f), rule.max_inv_exact))})
+        s_lo = std::min(s_lo, sc), s_hi = std::max(s_hi, sc);
+    }
+    int64_t scales = 0, reached = 0;
+    for (float sc = s_lo; sc <= s_hi; sc *= 2) ++scales;
+    for (int64_t i = 0; i < rule.block; ++i) {
+      double lo = INFINITY, hi = -INFINITY;
+      for (float sc = s_lo; sc <= s_hi; sc *= 2) {
+        lo = std::min(lo, qdq_at(v[i].lo, sc, rule.fp4));
+        hi = std::max(hi, qdq_at(v[i].hi, sc, rule.fp4));
+      }
+      reached += lo != hi;
+      v[i] = {lo, hi};
+    }
+    if (straddles && (reached > 0 || scales > 1)) {
+      const size_t row = b * static_cast<size_t>(rule.block) / static_cast<size_t>(K);
+      const size_t blk = b % (static_cast<size_t>(K) / static_cast<size_t>(rule.block));
+      straddles->add(reached, scales > 1 ? 1 : 0,
+                     fmt::format("{}, row {}, block {}: {} {} values{}", what, row, blk, reached, rule.format,
+                                 scales > 1 ? fmt::format(" and {} scales", scales) : ""));
+    }
+  }
 }
 
 }  // namespace
@@ -107,44 +164,11 @@ void V41Straddles::add(int64_t v, int64_t s, const std::string& where) {
 }
 
 void v41_act_qdq_bounds(std::span<Interval> x, int64_t K, V41Straddles* straddles, const std::string& what) {
-  if (K < kFp8Block || K % kFp8Block != 0 || x.size() % static_cast<size_t>(K) != 0)
-    throw InputError(fmt::format("act_quant bounds: {} values in rows of {} (a multiple of {})", x.size(), K, kFp8Block));
-  const size_t blocks = x.size() / static_cast<size_t>(kFp8Block);
-  for (size_t b = 0; b < blocks; ++b) {
-    Interval* v = x.data() + b * kFp8Block;
-    // The block's amax ranges from the largest least magnitude to the largest magnitude.
-    double amax_lo = 0, amax_hi = 0;
-    for (int64_t i = 0; i < kFp8Block; ++i) {
-      const double least = v[i].lo <= 0 && 0 <= v[i].hi ? 0 : std::min(std::fabs(v[i].lo), std::fabs(v[i].hi));
-      amax_lo = std::max(amax_lo, least);
-      amax_hi = std::max({amax_hi, std::fabs(v[i].lo), std::fabs(v[i].hi)});
-    }
-    // Its scale: the kernel's 2^ceil(log2(fp32(amax · fp32(1/448)))) or the same of the exact amax / 448,
-    // at either end; every power of two between them is some amax's in the interval.
-    float s_lo = INFINITY, s_hi = 0;
-    for (double a : {amax_lo, amax_hi}) {
-      const float f = std::max(static_cast<float>(a), kFp8AmaxFloor);
-      for (float s : {ue8m0_scale(f, kFp8MaxInv), static_cast<float>(ue8m0_scale_f64(static_cast<double>(f), 1.0 / 448))})
-        s_lo = std::min(s_lo, s), s_hi = std::max(s_hi, s);
-    }
-    int64_t scales = 0, reached = 0;
-    for (int64_t i = 0; i < kFp8Block; ++i) {
-      double lo = INFINITY, hi = -INFINITY;
-      for (float s = s_lo; s <= s_hi; s *= 2) {
-        lo = std::min(lo, qdq_at(v[i].lo, s));
-        hi = std::max(hi, qdq_at(v[i].hi, s));
-        if (i == 0) ++scales;
-      }
-      reached += lo != hi;
-      v[i] = {lo, hi};
-    }
-    if (straddles && (reached > 0 || scales > 1)) {
-      const size_t row = b * kFp8Block / static_cast<size_t>(K), blk = b % (static_cast<size_t>(K) / kFp8Block);
-      straddles->add(reached, scales > 1 ? 1 : 0,
-                     fmt::format("{}, row {}, block {}: {} e4m3 values{}", what, row, blk, reached,
-                                 scales > 1 ? fmt::format(" and {} scales", scales) : ""));
-    }
-  }
+  qdq_bounds(x, K, kActQuant, straddles, what);
+}
+
+void v41_fp4_qdq_bounds(std::span<Interval> x, int64_t K, V41Straddles* straddles, const std::string& what) {
+  qdq_bounds(x, K, kIndexFp4, straddles, what);
 }
 
 std::vector<BoundedValue> v41_linear_w_bounds(const V41Model& m, std::span<const Interval> x, int64_t M, const V41Linear& w,
@@ -185,6 +209,73 @@ std::vector<BoundedValue> v41_attn_x_bounds(const V41Model& m, int64_t layer, st
   return bounds::rmsnorm_bounds(lo, hi, D, m.layer_weights(layer).attn_norm, c.norm_eps, model, 8);
 }
 
+namespace {
+// The low-rank query both the attention and the indexer read: wq_a, then q_norm, each bf16.
+std::vector<Interval> q_lora_intervals(const V41Model& m, int64_t layer, std::span<const Interval> x, int64_t N,
+                                       const bounds::BoundModel& model, V41Straddles* straddles) {
+  const V41LayerWeights& w = m.layer_weights(layer);
+  const std::vector<Interval> qr = admissible_of(v41_linear_w_bounds(m, x, N, w.wq_a, model, 8, straddles, "wq_a"));
+  return rmsnorm_intervals(qr, m.config().q_lora_rank, w.q_norm, m.config().norm_eps, model);
+}
+// A cast to bf16 where the regime keeps it (`rounded`), else the fp32 interval as it is.
+Interval cast_if(Interval v, bool rounded) { return rounded ? bounds::rounded_nearest(v.lo, v.hi, 8) : v; }
+}  // namespace
+
+std::vector<Interval> v41_index_score_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
+                                             std::span<const double> index_k, std::span<const uint8_t> candidates,
+                                             const bounds::BoundModel& model, V41Straddles* straddles) {
+  const V41Config& c = m.config();
+  const LayerPlan& lp = m.plan()[layer];
+  const int64_t r = lp.ratio, IH = c.index_n_heads, ID = c.index_head_dim, T = r > 0 ? N / r : 0;
+  if (r <= 0 || x.size() != static_cast<size_t>(N * c.dim) || index_k.size() < static_cast<size_t>(T * ID) ||
+      (!candidates.empty() && candidates.size() != static_cast<size_t>(N * T)))
+    throw InputError(fmt::format("index score bounds of layer {}: x {} values for N {}, {} index keys of {}, {} candidates",
+                                 layer, x.size(), N, index_k.size(), ID, candidates.size()));
+  const fwd::Arith a(m.regime());
+  const bool rounded = a.emulate && m.options().index_scores == V41IndexScores::bf16;
+  const V41LayerWeights& w = m.layer_weights(layer);
+  const std::vector<Interval> xi = points(x);
+  // The indexer's query: wq_b of the low-rank query (bf16), RoPE, FP4 per 32.
+  std::vector<Interval> q = admissible_of(
+      v41_linear_w_bounds(m, q_lora_intervals(m, layer, xi, N, model, straddles), N, w.indexer_wq_b, model, 8, straddles,
+                          "the indexer's wq_b"));
+  rope_bounds(q, N, IH, ID, fwd::layer_rope(a, c, lp, N), false, model.function_ulps * 0x1p-23);
+  v41_fp4_qdq_bounds(q, ID, straddles, "the index query's FP4 QDQ");
+  // Each head's weight: weights_proj (bf16) times the constant index_head_dim^-0.5 · index_n_heads^-0.5 (in
+  // fp32, from one product or two: within two fp32 ulps), bf16.
+  const double ws = std::pow(static_cast<double>(ID), -0.5) * std::pow(static_cast<double>(IH), -0.5);
+  const Interval wsi{ws * (1 - 4 * kU32), ws * (1 + 4 * kU32)};
+  std::vector<Interval> wts = admissible_of(v41_linear_w_bounds(m, xi, N, w.indexer_weights_proj, model, 8, straddles,
+                                                                "weights_proj"));
+  for (Interval& v : wts) v = cast_if(times(v, wsi), a.emulate);
+  // The dot products of each query head with every key (§5 on intervals, fp32), then per key the score.
+  std::vector<double> lo(q.size()), hi(q.size());
+  for (size_t i = 0; i < q.size(); ++i) lo[i] = q[i].lo, hi[i] = q[i].hi;
+  std::vector<Interval> score(static_cast<size_t>(N * T), Interval{-INFINITY, -INFINITY});
+  if (T == 0) return score;
+  const auto dots = bounds::linear_bounds(lo, hi, N * IH, ID, index_k.first(static_cast<size_t>(T * ID)), T, model, 24);
+  for (int64_t t = 0; t < N; ++t) {
+    const int64_t visible = (t + 1) / r;
+    for (int64_t j = 0; j < visible; ++j) {
+      if (!candidates.empty() && !candidates[static_cast<size_t>(t * T + j)]) continue;
+      double s_lo = 0, s_hi = 0, abs = 0;
+      for (int64_t h = 0; h < IH; ++h) {
+        const Interval d = cast_if(dots[static_cast<size_t>((t * IH + h) * T + j)].admissible, rounded);
+        const Interval relu{std::max(0.0, d.lo), std::max(0.0, d.hi)};
+        const Interval p = cast_if(times(relu, wts[static_cast<size_t>(t * IH + h)]), rounded);
+        s_lo += p.lo;
+        s_hi += p.hi;
+        abs += std::max(std::fabs(p.lo), std::fabs(p.hi));
+      }
+      // The head sum in fp32 in any order, then bf16.
+      const double e = bounds::sum_error_bound(IH, abs, bounds::AccumulationModel::fp32(), true);
+      score[static_cast<size_t>(t * T + j)] =
+          bounds::bounded_result((s_lo + s_hi) / 2, s_lo - e, s_hi + e, model.scale, rounded ? 8 : 24).admissible;
+    }
+  }
+  return score;
+}
+
 V41QkvBounds v41_attention_qkv_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
                                       const bounds::BoundModel& model) {
   V41QkvBounds out;
@@ -199,8 +290,7 @@ V41QkvBounds v41_attention_qkv_bounds(const V41Model& m, int64_t layer, std::spa
   const V41LayerWeights& w = m.layer_weights(layer);
   const std::vector<Interval> xi = points(x);
   // q: wq_a, q_norm, wq_b (each bf16), RoPE.
-  std::vector<Interval> qr = admissible_of(v41_linear_w_bounds(m, xi, N, w.wq_a, model, 8, sq, "wq_a"));
-  qr = rmsnorm_intervals(qr, c.q_lora_rank, w.q_norm, c.norm_eps, model);
+  const std::vector<Interval> qr = q_lora_intervals(m, layer, xi, N, model, sq);
   std::vector<Interval> q = admissible_of(v41_linear_w_bounds(m, qr, N, w.wq_b, model, 8, sq, "wq_b"));
   rope_bounds(q, N, H, hd, rope, false, fn);
   // The window KV: wkv, kv_norm, RoPE, then the FP8 QDQ of the whole vector.

@@ -28,6 +28,10 @@ struct V41Straddles {
 void v41_act_qdq_bounds(std::span<bounds::Interval> x, int64_t K, V41Straddles* straddles = nullptr,
                         const std::string& what = "act_quant");
 
+// The indexer's FP4 QDQ (e2m1, one ue8m0 scale per 32 from amax / 6, the result cast to bf16) likewise.
+void v41_fp4_qdq_bounds(std::span<bounds::Interval> x, int64_t K, V41Straddles* straddles = nullptr,
+                        const std::string& what = "fp4 QDQ");
+
 // linear_w's admissible results on interval inputs x [M, w.in] (a point is an interval of width 0): in the
 // release regime on an FP8 or FP4 weight, act_quant first, then the products of the QDQ values with the
 // dequantized weight; else the plain product. Outputs [M, w.out] rounded to out_bits.
@@ -50,6 +54,17 @@ struct V41QkvBounds {
 };
 V41QkvBounds v41_attention_qkv_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
                                       const bounds::BoundModel& model);
+
+// The index scores of an index source (§13.4) on x [N, dim] (attn_norm's output): the indexer's query (wq_a,
+// q_norm, its wq_b, the RoPE, FP4 per 32), the keys index_k [T, index_head_dim] the layer reads (points: the
+// official's published ones), each head's weight (weights_proj times its constant), score[t, j] = Σ_h
+// relu(q_th · k_j) · w_th with the release's three bf16 casts (none under --index-scores fp32). [N, T = N /
+// ratio]; −∞ where query t does not see group j, or where the candidate pool `candidates` [N, T] (empty:
+// none) leaves it out. What a published selection is judged against (judge_topk).
+std::vector<bounds::Interval> v41_index_score_bounds(const V41Model& m, int64_t layer, std::span<const double> x,
+                                                     int64_t N, std::span<const double> index_k,
+                                                     std::span<const uint8_t> candidates,
+                                                     const bounds::BoundModel& model, V41Straddles* straddles = nullptr);
 
 // sparse_attn alone (§12) on q [N, n_heads, head_dim], kv rows, index lists [N, k]: bf16 outputs.
 std::vector<bounds::BoundedValue> v41_attention_core_bounds(const V41Model& m, int64_t layer, std::span<const double> q,
