@@ -125,13 +125,26 @@ def main() -> int:
             o = kernel_sparse_attn(q, kv, attn_sink, idx, scale)
             L, extra = current["attn"], sink()
             extra[f"layer{L}_attn_idx"] = idx[0].numpy().astype(np.int32)
+            extra[f"layer{L}_attn_q"] = q[0].float().numpy().copy()
+            extra[f"layer{L}_attn_o"] = o[0].float().numpy().copy()
             if decode["phase"] != "decode":  # a step's rows are the whole ring and cache: left out
-                extra[f"layer{L}_attn_q"] = q[0].float().numpy().copy()
                 extra[f"layer{L}_attn_kv"] = kv[0].float().numpy().copy()
-                extra[f"layer{L}_attn_o"] = o[0].float().numpy().copy()
             return o
 
         M.sparse_attn = observed
+
+        # Each block's hc mixes (pre, post, comb of its attention, then of its FFN), the Sinkhorn's outputs
+        # the gate feeds to hc_post (docs/sound-bounds.md §14.2): observed as sparse_attn is.
+        block_mixes = M.Block.hc_mixes
+
+        def observed_mixes(block, x, hc_fn, hc_scale, hc_base):
+            mixes = block_mixes(block, x, hc_fn, hc_scale, hc_base)
+            part, extra = ("attn" if hc_fn is block.hc_attn_fn else "ffn"), sink()
+            for name, v in zip(("pre", "post", "comb"), mixes):
+                extra[f"layer{block.layer_id}_{part}_{name}"] = v[0].float().numpy().copy()
+            return mixes
+
+        M.Block.hc_mixes = observed_mixes
         return M, K
 
     RO.load_official = load_and_observe

@@ -363,23 +363,105 @@ struct Gate {
     }
     return idx;
   }
+  // The block around its sublayers (docs/sound-bounds.md §14.2): its mixes, the FFN's input, the next block's
+  // pre and the output streams (or, after the last block, the final collapse), each side by bounds from its
+  // own streams, sublayer outputs and hc mixes, where the file holds the mixes; else by budgets. next_in and
+  // next_pre: the official's next block's input streams and pre_mix (empty after the last block).
+  void block(int64_t l, const V41LayerCapture& o, const V41LayerCapture& ours, int64_t N, const std::vector<double>& next_in,
+             const std::vector<double>& next_pre, std::span<const double> ours_final, std::span<const double> official_final,
+             const std::string& prefix = "") {
+    const V41Config& c = model.config();
+    const bool last = next_in.empty();
+    if (!bounds || o.attn_comb.empty() || o.ffn_comb.empty()) {
+      if (!last) {
+        values(l, prefix + "out", ours.out, next_in, c.dim);
+        values(l, prefix + "ffn_pre", ours.ffn_pre, next_pre);
+      } else {
+        values(l, prefix + "final_collapsed", ours_final, official_final, c.dim);
+      }
+      return;
+    }
+    const V41BlockBounds b = v41_block_bounds(model, l, o, N, *bounds), mine = v41_block_bounds(model, l, ours, N, *bounds);
+    auto as_bounded = [](const std::vector<bounds::Interval>& v) {
+      std::vector<bounds::BoundedValue> out(v.size());
+      for (size_t i = 0; i < v.size(); ++i) out[i] = {(v[i].lo + v[i].hi) / 2, v[i], (v[i].lo + v[i].hi) / 2};
+      return out;
+    };
+    bounded(l, prefix + "attn_pre", ours.attn_pre, o.attn_pre, as_bounded(b.attn_mixes.pre), 0, {}, as_bounded(mine.attn_mixes.pre));
+    bounded(l, prefix + "attn_post", ours.attn_post, o.attn_post, as_bounded(b.attn_mixes.post), 0, {},
+            as_bounded(mine.attn_mixes.post));
+    values(l, prefix + "attn_comb", ours.attn_comb, o.attn_comb);  // Sinkhorn: reported, not judged (§15)
+    bounded(l, prefix + "ffn_x", ours.ffn_x, o.ffn_x, b.ffn_x, c.dim, {}, mine.ffn_x);
+    bounded(l, prefix + "ffn_pre", ours.ffn_pre, o.ffn_pre.empty() ? next_pre : o.ffn_pre, as_bounded(b.ffn_mixes.pre), 0, {},
+            as_bounded(mine.ffn_mixes.pre));
+    bounded(l, prefix + "ffn_post", ours.ffn_post, o.ffn_post, as_bounded(b.ffn_mixes.post), 0, {}, as_bounded(mine.ffn_mixes.post));
+    values(l, prefix + "ffn_comb", ours.ffn_comb, o.ffn_comb);
+    if (!last) {
+      bounded(l, prefix + "out", ours.out, next_in, b.out, c.dim, {}, mine.out);
+      if (!o.ffn_pre.empty() && next_pre != o.ffn_pre)  // the next block collapses with what this one made
+        lists(l, prefix + "next pre_mix", std::vector<int64_t>{0}, std::vector<int64_t>{1}, {}, 0, 1);
+    } else {
+      bounded(l, prefix + "final_collapsed", ours_final, official_final,
+              v41_final_collapse_bounds(model, b.out, o.ffn_pre, N, *bounds), c.dim, {},
+              v41_final_collapse_bounds(model, mine.out, ours.ffn_pre, N, *bounds));
+    }
+  }
   // The query and the window KV on the official's attn_x, by bounds carried through wq_a, q_norm, wq_b, the
   // RoPE (and for the KV wkv, kv_norm, the RoPE, the QDQ): attn_kv's window rows only, its compressed rows
   // being the published compress_kv, judged as such. Budgets in f64.
-  void query_and_window(int64_t l, const V41LayerCapture& o, int64_t N, const V41LayerCapture& mine) {
+  // Returns the window KV rows' bounds [N, head_dim] (empty where not bounded).
+  std::vector<bounds::BoundedValue> query_and_window(int64_t l, const V41LayerCapture& o, int64_t N,
+                                                     const V41LayerCapture& mine) {
     const V41Config& c = model.config();
     if (!bounds) {
       values(l, "attn_q (forced x)", mine.attn_q, o.attn_q, c.head_dim);
       values(l, "attn_kv (forced x)", mine.attn_kv, o.attn_kv);
-      return;
+      return {};
     }
-    if (o.attn_q.empty() && o.attn_kv.empty()) return;
+    if (o.attn_x.empty()) return {};
     const V41QkvBounds b = v41_attention_qkv_bounds(model, l, o.attn_x, N, *bounds);
     bounded(l, "attn_q (forced x)", mine.attn_q, o.attn_q, b.q, c.head_dim, b.q_straddles);
     const size_t w = static_cast<size_t>(N * c.head_dim);
     if (o.attn_kv.size() >= w && mine.attn_kv.size() >= w)
       bounded(l, "attn_kv window (forced x)", std::span<const double>(mine.attn_kv).first(w),
               std::span<const double>(o.attn_kv).first(w), b.kv, c.head_dim, b.kv_straddles);
+    return b.kv;
+  }
+  // What the prefill hands to the decode steps (docs/sound-bounds.md §13.5): the window ring (the window KV's
+  // bounds at slot p % W, the unwritten slots 0) and a ratio > 1 kv source's pending group (the compressor's
+  // fp32 wkv and wgate rows of its tokens at slot p % ratio, bounded by §5; score -inf and kv 0 unwritten).
+  // Budgets where not bounded.
+  void decode_seed(int64_t l, const LayerPlan& lp, std::span<const double> x, int64_t N, const V41LayerCache& mine,
+                   const V41LayerCache& os, const std::vector<bounds::BoundedValue>& window) {
+    const V41Config& c = model.config();
+    const int64_t hd = c.head_dim, W = c.window_size;
+    if (!bounds || window.size() != static_cast<size_t>(N * hd)) {
+      values(l, "decode seed window", mine.window, os.window);
+      values(l, "decode seed kv_state", mine.kv_state, os.kv_state);
+      values(l, "decode seed score_state", mine.score_state, os.score_state);
+      return;
+    }
+    const bounds::BoundedValue zero{0, {0, 0}, 0};
+    std::vector<bounds::BoundedValue> ring(static_cast<size_t>(W * hd), zero);
+    for (int64_t p = std::max<int64_t>(0, N - W); p < N; ++p)
+      std::copy_n(window.begin() + p * hd, hd, ring.begin() + (p % W) * hd);
+    bounded(l, "decode seed window", mine.window, os.window, ring, hd);
+    if (lp.ratio <= 1 || os.kv_state.empty()) return;
+    const int64_t r = lp.ratio, cut = N - N % r, n = N - cut;
+    const V41LayerWeights& w = model.layer_weights(l);
+    std::vector<bounds::Interval> rows(static_cast<size_t>(n * c.dim));
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = {x[static_cast<size_t>(cut * c.dim) + i], x[static_cast<size_t>(cut * c.dim) + i]};
+    const bounds::BoundedValue none{-INFINITY, {-INFINITY, -INFINITY}, -INFINITY};
+    for (const auto& [kind, lin, empty, own, theirs] :
+         {std::tuple{"decode seed kv_state", &w.compressor_wkv, zero, &mine.kv_state, &os.kv_state},
+          std::tuple{"decode seed score_state", &w.compressor_wgate, none, &mine.score_state, &os.score_state}}) {
+      std::vector<bounds::BoundedValue> b(static_cast<size_t>(r * hd), empty);
+      if (n > 0) {
+        const auto y = v41_linear_w_bounds(model, rows, n, *lin, *bounds, 24);
+        std::copy(y.begin(), y.end(), b.begin());
+      }
+      bounded(l, kind, *own, *theirs, b, 0);
+    }
   }
   // The MoE on the official's ffn_x, each side judged under its own selection (the selections themselves
   // judged by the router's bounds): budgets where the router is not one the derivation covers, or in f64.
@@ -480,12 +562,6 @@ void teacher_forced(Gate& g) {
     V41LayerCache seed;                  // what the layer hands to decode steps, when the file has them
     const V41LayerCapture ours = m.run_layer(l, official_input(off.result, m.plan(), l), o.pre_mix, N, o.hash_ids, shared,
                                              off.decode ? &seed : nullptr);
-    if (off.decode) {
-      const V41LayerCache& os = off.decode->seed[static_cast<size_t>(l)];
-      g.values(l, "decode seed window", seed.window, os.window);
-      g.values(l, "decode seed kv_state", seed.kv_state, os.kv_state);
-      g.values(l, "decode seed score_state", seed.score_state, os.score_state);
-    }
     if (lp.engram) g.values(l, "in", ours.in, o.in, c.dim);
     if (g.bounds && !o.in.empty() && !o.attn_x.empty())  // the collapse and attn_norm, each side on its own streams
       g.bounded(l, "attn_x", ours.attn_x, o.attn_x, v41_attn_x_bounds(m, l, o.in, o.pre_mix, N, *g.bounds), c.dim, {},
@@ -495,7 +571,8 @@ void teacher_forced(Gate& g) {
     // Each sublayer on the official's own input: its differences are its own.
     V41LayerCapture sa;
     const std::vector<double> ao = m.attention(l, o.attn_x, N, forced, sa);
-    g.query_and_window(l, o, N, sa);
+    const std::vector<bounds::BoundedValue> window = g.query_and_window(l, o, N, sa);
+    if (off.decode) g.decode_seed(l, lp, o.attn_x, N, seed, off.decode->seed[static_cast<size_t>(l)], window);
     if (g.bounds)  // the index lists of the official's own selection (itself judged by its bounds)
       g.lists(l, "attn_idx (forced selection)", g.index_lists(lp, o, forced, N), o.attn_idx, {}, 0);
     else
@@ -510,13 +587,12 @@ void teacher_forced(Gate& g) {
     const std::vector<double> mo = m.moe(l, o.ffn_x, N, sm);
     g.router(l, "", o.ffn_x, N, sm, o);  // the selection first: ffn_out is judged under it
     g.moe(l, "", o.ffn_x, N, mo, sm, o);
-    if (l + 1 < L) {
-      g.values(l, "out", ours.out, official_input(off.result, m.plan(), l + 1), c.dim);
-      g.values(l, "ffn_pre", ours.ffn_pre, off.result.layers[static_cast<size_t>(l + 1)].pre_mix);
-    } else {
+    {
       V41ForwardResult h;
-      m.head(ours.out, ours.ffn_pre, N, h);
-      g.values(l, "final_collapsed", h.final_collapsed, off.result.final_collapsed, c.dim);
+      if (l + 1 == L) m.head(ours.out, ours.ffn_pre, N, h);
+      g.block(l, o, ours, N, l + 1 < L ? official_input(off.result, m.plan(), l + 1) : std::vector<double>{},
+              l + 1 < L ? off.result.layers[static_cast<size_t>(l + 1)].pre_mix : std::vector<double>{},
+              h.final_collapsed, off.result.final_collapsed);
     }
     // What the layer published, the official's from here on: a selection flip stays in its layer.
     if (lp.owns_compressor && !o.compress_kv.empty()) shared.compress_kv = o.compress_kv;
@@ -593,19 +669,24 @@ void decode_teacher_forced(Gate& g) {
       if (lp.owns_indexer) g.lists(l, "decode topk_idxs (forced x)", sa.topk_idxs, o.topk_idxs, sa.index_score, c.window_size, 1);
       if (lp.candidate_source) g.lists(l, "decode candidates (forced x)", sa.candidates, o.candidates, {}, 0, 1);
       g.lists(l, "decode attn_idx (forced x)", sa.attn_idx, o.attn_idx, {}, 0, 1);  // the ring's, then the selection
-      g.values(l, "decode attn_out (forced x)", ao, o.attn_out, c.dim);
+      if (g.bounds && !o.attn_o.empty()) {  // the output projection on the official's sparse_attn output
+        V41Straddles so;
+        const auto admissible = v41_attention_output_bounds(m, l, o.attn_o, 1, *g.bounds, &so, st.pos);
+        g.bounded(l, "decode attn_out (forced o)", m.attention_output(l, o.attn_o, 1, st.pos), o.attn_out, admissible, c.dim, so);
+      } else {
+        g.values(l, "decode attn_out (forced x)", ao, o.attn_out, c.dim);
+      }
       V41LayerCapture sm;
       const std::vector<double> mo = m.moe(l, o.ffn_x, 1, sm);
       g.router(l, "decode ", o.ffn_x, 1, sm, o);
       g.moe(l, "decode ", o.ffn_x, 1, mo, sm, o);
       const V41LayerCapture ours = m.decode_layer(l, input, o.pre_mix, o.hash_ids, st);
-      if (l + 1 < L) {
-        g.values(l, "decode out", ours.out, official_input(os, m.plan(), l + 1), c.dim);
-        g.values(l, "decode ffn_pre", ours.ffn_pre, os.layers[static_cast<size_t>(l + 1)].pre_mix);
-      } else {
+      {
         V41ForwardResult h;
-        m.head(ours.out, ours.ffn_pre, 1, h);
-        g.values(l, "decode final_collapsed", h.final_collapsed, os.final_collapsed, c.dim);
+        if (l + 1 == L) m.head(ours.out, ours.ffn_pre, 1, h);
+        g.block(l, o, ours, 1, l + 1 < L ? official_input(os, m.plan(), l + 1) : std::vector<double>{},
+                l + 1 < L ? os.layers[static_cast<size_t>(l + 1)].pre_mix : std::vector<double>{}, h.final_collapsed,
+                os.final_collapsed, "decode ");
       }
       if (lp.owns_indexer && !o.topk_idxs.empty()) {
         st.topk_idxs.assign(o.topk_idxs.begin(), o.topk_idxs.end());

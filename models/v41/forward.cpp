@@ -310,16 +310,17 @@ std::vector<double> V41Model::attention_core(int64_t layer, std::span<const doub
   return o;
 }
 
-std::vector<double> V41Model::attention_output(int64_t layer, std::span<const double> o, int64_t N) const {
+std::vector<double> V41Model::attention_output(int64_t layer, std::span<const double> o, int64_t N, int64_t first) const {
   const fwd::Arith a(regime_);
   const int64_t H = config_.n_heads, hd = config_.head_dim;
   if (N < 0 || o.size() != static_cast<size_t>(N * H * hd))
     throw InputError(fmt::format("v41 attention_output: {} values for N {} of [{}, {}]", o.size(), N, H, hd));
   const LayerPlan& lp = plan_[layer];
-  const fwd::RopeTable rope = fwd::layer_rope(a, config_, lp, N, fault_);
+  if (first < 0) throw InputError(fmt::format("v41 attention_output: first position {}", first));
+  const fwd::RopeTable rope = fwd::layer_rope(a, config_, lp, first + N, fault_);
   const fwd::LayerCtx L{config_, lp, *layers_[static_cast<size_t>(layer)], a, rope, N, fault_, options_, captures_};
   std::vector<double> x(o.begin(), o.end());
-  fwd::rope_rows(L, x, N, H, hd, [](int64_t t) { return t; }, true);
+  fwd::rope_rows(L, x, N, H, hd, [first](int64_t t) { return first + t; }, true);
   return fwd::grouped_output(L, x, N);
 }
 

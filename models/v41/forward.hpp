@@ -348,7 +348,8 @@ class V41Model {
   // inverse RoPE, wo_a by groups, wo_b) on a given sparse_attn output o [N, n_heads, head_dim]. [N, .., ..].
   std::vector<double> attention_core(int64_t layer, std::span<const double> q, std::span<const double> kv,
                                      std::span<const int32_t> idx, int64_t N) const;
-  std::vector<double> attention_output(int64_t layer, std::span<const double> o, int64_t N) const;
+  // (rows at positions first .. first + N - 1: a decode step's one row at its position).
+  std::vector<double> attention_output(int64_t layer, std::span<const double> o, int64_t N, int64_t first = 0) const;
   // A layer's weights, for the gate's bounds.
   const V41LayerWeights& layer_weights(int64_t layer) const { return *layers_.at(static_cast<size_t>(layer)); }
 

@@ -57,8 +57,8 @@ Interval silu(Interval x, double fn) {
 // (c + i s), or its conjugate when inverse; each table entry within the functions' ulps of ours, two
 // products and a sum rounded in fp32 (§13.1), then bf16 (the tensor is bf16).
 void rope_bounds(std::vector<Interval>& x, int64_t rows, int64_t heads, int64_t d, const fwd::RopeTable& rope,
-                 bool inverse, double fn) {
-  const int64_t half = rope.half, first = d - 2 * half;
+                 bool inverse, double fn, int64_t first = 0) {
+  const int64_t half = rope.half, rotated = d - 2 * half;
   auto combine = [](Interval p, Interval q, bool plus) {
     const double lo = plus ? p.lo + q.lo : p.lo - q.hi, hi = plus ? p.hi + q.hi : p.hi - q.lo;
     const double mag = std::max(std::fabs(p.lo), std::fabs(p.hi)) + std::max(std::fabs(q.lo), std::fabs(q.hi));
@@ -67,9 +67,10 @@ void rope_bounds(std::vector<Interval>& x, int64_t rows, int64_t heads, int64_t 
   };
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t h = 0; h < heads; ++h) {
-      Interval* v = x.data() + (t * heads + h) * d + first;
+      Interval* v = x.data() + (t * heads + h) * d + rotated;
       for (int64_t i = 0; i < half; ++i) {
-        const double cs = rope.cos[static_cast<size_t>(t * half + i)], sn = rope.sin[static_cast<size_t>(t * half + i)];
+        const size_t at = static_cast<size_t>((first + t) * half + i);
+        const double cs = rope.cos[at], sn = rope.sin[at];
         const Interval ci{cs - fn * std::fabs(cs) - kTiny, cs + fn * std::fabs(cs) + kTiny};
         const Interval si{sn - fn * std::fabs(sn) - kTiny, sn + fn * std::fabs(sn) + kTiny};
         const Interval x0 = v[2 * i], x1 = v[2 * i + 1];
@@ -221,6 +222,146 @@ std::vector<Interval> q_lora_intervals(const V41Model& m, int64_t layer, std::sp
 Interval cast_if(Interval v, bool rounded) { return rounded ? bounds::rounded_nearest(v.lo, v.hi, 8) : v; }
 }  // namespace
 
+namespace {
+
+// out[t, j, d] = post[t, j]·y[t, d] + Σ_i comb[t, i, j]·R[t, i, d]: hc + 1 fp32 products (inexact) summed in
+// any order, bf16 (docs/sound-bounds.md §14.2). post [N, hc], comb [N, hc, hc] points; y [N, D], R [N, hc, D].
+std::vector<BoundedValue> hc_post_bounds(std::span<const Interval> y, std::span<const Interval> R,
+                                         std::span<const double> post, std::span<const double> comb, int64_t N,
+                                         int64_t hc, int64_t D, const bounds::BoundModel& model) {
+  std::vector<BoundedValue> out(static_cast<size_t>(N * hc * D));
+  auto term = [](double w, Interval v, double& lo, double& hi, double& abs) {
+    const double a = w * v.lo, b = w * v.hi;
+    lo += std::min(a, b);
+    hi += std::max(a, b);
+    abs += std::max(std::fabs(a), std::fabs(b));
+  };
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t j = 0; j < hc; ++j)
+      for (int64_t d = 0; d < D; ++d) {
+        double lo = 0, hi = 0, abs = 0;
+        term(post[static_cast<size_t>(t * hc + j)], y[static_cast<size_t>(t * D + d)], lo, hi, abs);
+        for (int64_t i = 0; i < hc; ++i)
+          term(comb[static_cast<size_t>((t * hc + i) * hc + j)], R[static_cast<size_t>((t * hc + i) * D + d)], lo, hi, abs);
+        const double e = bounds::sum_error_bound(hc + 1, abs, bounds::AccumulationModel::fp32(), false) + 0x1p-50 * abs;
+        out[static_cast<size_t>((t * hc + j) * D + d)] = bounds::bounded_result((lo + hi) / 2, lo - e, hi + e, model.scale, 8);
+      }
+  return out;
+}
+
+// y[t, d] = Σ_i pre[t, i]·X[t, i, d], hc fp32 products summed in any order, bf16.
+std::vector<Interval> hc_pre_intervals(std::span<const Interval> X, std::span<const double> pre, int64_t N, int64_t hc,
+                                       int64_t D, const bounds::BoundModel& model) {
+  std::vector<Interval> y(static_cast<size_t>(N * D));
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t d = 0; d < D; ++d) {
+      double lo = 0, hi = 0, abs = 0;
+      for (int64_t i = 0; i < hc; ++i) {
+        const double w = pre[static_cast<size_t>(t * hc + i)];
+        const Interval v = X[static_cast<size_t>((t * hc + i) * D + d)];
+        lo += std::min(w * v.lo, w * v.hi);
+        hi += std::max(w * v.lo, w * v.hi);
+        abs += std::max(std::fabs(w * v.lo), std::fabs(w * v.hi));
+      }
+      const double e = bounds::sum_error_bound(hc, abs, bounds::AccumulationModel::fp32(), false) + 0x1p-50 * abs;
+      y[static_cast<size_t>(t * D + d)] = bounds::bounded_result((lo + hi) / 2, lo - e, hi + e, model.scale, 8).admissible;
+    }
+  return y;
+}
+
+// σ(z) over an interval (it rises), with exp within the functions' ulps and a sum and a division rounded.
+Interval sigmoid(Interval z, double fn) {
+  auto f = [](double v) { return 1 / (1 + std::exp(-v)); };
+  const double lo = f(z.lo), hi = f(z.hi);
+  return {lo * (1 - fn - 3 * kU32) - kTiny, hi * (1 + fn + 3 * kU32) + kTiny};
+}
+
+}  // namespace
+
+V41MixBounds v41_mix_bounds(const V41Model& m, int64_t layer, std::span<const Interval> X, int64_t N, bool ffn,
+                            const bounds::BoundModel& model) {
+  const V41Config& c = m.config();
+  const int64_t hc = c.hc_mult, K = hc * c.dim;
+  if (X.size() != static_cast<size_t>(N * K))
+    throw InputError(fmt::format("hc mix bounds: {} values for [{}, {}, {}]", X.size(), N, hc, c.dim));
+  const V41LayerWeights& w = m.layer_weights(layer);
+  const std::vector<double>& fn = ffn ? w.hc_ffn_fn : w.hc_attn_fn;
+  const std::vector<double>& scale = ffn ? w.hc_ffn_scale : w.hc_attn_scale;
+  const std::vector<double>& base = ffn ? w.hc_ffn_base : w.hc_attn_base;
+  const double fu = model.function_ulps * 0x1p-23;
+  std::vector<double> lo(X.size()), hi(X.size());
+  for (size_t i = 0; i < X.size(); ++i) lo[i] = X[i].lo, hi[i] = X[i].hi;
+  // The first 2·hc rows of the projection (pre's and post's), fp32 (§5 on intervals).
+  const auto lin = bounds::linear_bounds(lo, hi, N, K, std::span<const double>(fn).first(static_cast<size_t>(2 * hc * K)),
+                                         2 * hc, model, 24);
+  // rsqrt(mean(X²) + norm_eps) over the flattened row, as the RMSNorm's factor (§6 on intervals).
+  const std::vector<double> ones(static_cast<size_t>(K), 1.0);
+  const double e32 = static_cast<double>(static_cast<float>(c.hc_eps));
+  const Interval eps{std::min(c.hc_eps, e32) * (1 - kU32), std::max(c.hc_eps, e32) * (1 + kU32)};
+  V41MixBounds out;
+  out.pre.resize(static_cast<size_t>(N * hc));
+  out.post.resize(static_cast<size_t>(N * hc));
+  for (int64_t t = 0; t < N; ++t) {
+    double s_lo = 0, s_hi = 0;
+    for (int64_t i = 0; i < K; ++i) {
+      const Interval v = X[static_cast<size_t>(t * K + i)];
+      s_lo += v.lo <= 0 && 0 <= v.hi ? 0 : std::min(v.lo * v.lo, v.hi * v.hi);
+      s_hi += std::max(v.lo * v.lo, v.hi * v.hi);
+    }
+    const double e_s = bounds::sum_error_bound(K, s_hi, model.accumulation, false) + 0x1p-50 * s_hi;
+    const double n32 = static_cast<double>(static_cast<float>(c.norm_eps));
+    const double t_lo = ((s_lo - e_s) / static_cast<double>(K) * (1 - 2 * kU32) + std::min(c.norm_eps, n32)) * (1 - kU32);
+    const double t_hi = ((s_hi + e_s) / static_cast<double>(K) * (1 + 2 * kU32) + std::max(c.norm_eps, n32)) * (1 + kU32);
+    const Interval rs{(1 - fu) * (1 - 2 * kU32) / std::sqrt(t_hi), (1 + fu) * (1 + 2 * kU32) / std::sqrt(std::max(t_lo, 0x1p-149))};
+    for (int64_t i = 0; i < hc; ++i) {
+      // z = mix · scale + base, each step one rounding; pre = σ(z) + eps, post = 2σ(z).
+      auto z_of = [&](int64_t row, double sc, double b) {
+        const Interval mix = times(lin[static_cast<size_t>(t * 2 * hc + row)].admissible, rs);
+        const Interval p = times(mix, {sc, sc});
+        return Interval{p.lo + b - kU32 * std::fabs(p.lo + b) - kTiny, p.hi + b + kU32 * std::fabs(p.hi + b) + kTiny};
+      };
+      const Interval sp = sigmoid(z_of(i, scale[0], base[static_cast<size_t>(i)]), fu);
+      out.pre[static_cast<size_t>(t * hc + i)] = {(sp.lo + eps.lo) * (1 - kU32), (sp.hi + eps.hi) * (1 + kU32)};
+      const Interval so = sigmoid(z_of(hc + i, scale[1], base[static_cast<size_t>(hc + i)]), fu);
+      out.post[static_cast<size_t>(t * hc + i)] = {2 * so.lo, 2 * so.hi};
+    }
+  }
+  return out;
+}
+
+V41BlockBounds v41_block_bounds(const V41Model& m, int64_t layer, const V41LayerCapture& o, int64_t N,
+                                const bounds::BoundModel& model) {
+  const V41Config& c = m.config();
+  const int64_t hc = c.hc_mult, D = c.dim;
+  const size_t streams = static_cast<size_t>(N * hc * D), rows = static_cast<size_t>(N * D);
+  const size_t mixes = static_cast<size_t>(N * hc), combs = static_cast<size_t>(N * hc * hc);
+  if (o.in.size() != streams || o.attn_out.size() != rows || o.ffn_out.size() != rows || o.attn_post.size() != mixes ||
+      o.attn_pre.size() != mixes || o.attn_comb.size() != combs || o.ffn_post.size() != mixes || o.ffn_comb.size() != combs)
+    throw InputError(fmt::format("block bounds of layer {}: the run lacks a sublayer output or an hc mix for N {}", layer, N));
+  V41BlockBounds b;
+  const std::vector<Interval> in = points(o.in);
+  b.attn_mixes = v41_mix_bounds(m, layer, in, N, false, model);
+  // The attention's hc_post on its output, then the FFN's collapse (with the attention's pre), norm, mixes.
+  b.streams = admissible_of(hc_post_bounds(points(o.attn_out), in, o.attn_post, o.attn_comb, N, hc, D, model));
+  const std::vector<Interval> y = hc_pre_intervals(b.streams, o.attn_pre, N, hc, D, model);
+  std::vector<double> lo(y.size()), hi(y.size());
+  for (size_t i = 0; i < y.size(); ++i) lo[i] = y[i].lo, hi[i] = y[i].hi;
+  b.ffn_x = bounds::rmsnorm_bounds(lo, hi, D, m.layer_weights(layer).ffn_norm, c.norm_eps, model, 8);
+  b.ffn_mixes = v41_mix_bounds(m, layer, b.streams, N, true, model);
+  b.out = hc_post_bounds(points(o.ffn_out), b.streams, o.ffn_post, o.ffn_comb, N, hc, D, model);
+  return b;
+}
+
+std::vector<BoundedValue> v41_final_collapse_bounds(const V41Model& m, std::span<const BoundedValue> out,
+                                                    std::span<const double> pre, int64_t N,
+                                                    const bounds::BoundModel& model) {
+  const V41Config& c = m.config();
+  const std::vector<Interval> y = hc_pre_intervals(admissible_of(out), pre, N, c.hc_mult, c.dim, model);
+  std::vector<BoundedValue> b(y.size());
+  for (size_t i = 0; i < y.size(); ++i) b[i] = {(y[i].lo + y[i].hi) / 2, y[i], (y[i].lo + y[i].hi) / 2};
+  return b;
+}
+
 std::vector<Interval> v41_index_score_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
                                              std::span<const double> index_k, std::span<const uint8_t> candidates,
                                              const bounds::BoundModel& model, V41Straddles* straddles) {
@@ -318,15 +459,16 @@ std::vector<BoundedValue> v41_attention_core_bounds(const V41Model& m, int64_t l
 }
 
 std::vector<BoundedValue> v41_attention_output_bounds(const V41Model& m, int64_t layer, std::span<const double> o,
-                                                      int64_t N, const bounds::BoundModel& model, V41Straddles* straddles) {
+                                                      int64_t N, const bounds::BoundModel& model, V41Straddles* straddles,
+                                                      int64_t first) {
   const V41Config& c = m.config();
   const int64_t H = c.n_heads, hd = c.head_dim, G = c.o_groups, R = c.o_lora_rank, gd = H * hd / G;
   if (o.size() != static_cast<size_t>(N * H * hd))
     throw InputError(fmt::format("attention output bounds: {} values for N {} of [{}, {}]", o.size(), N, H, hd));
   const fwd::Arith a(m.regime());
-  const fwd::RopeTable rope = fwd::layer_rope(a, c, m.plan()[layer], N);
+  const fwd::RopeTable rope = fwd::layer_rope(a, c, m.plan()[layer], first + N);
   std::vector<Interval> x = points(o);
-  rope_bounds(x, N, H, hd, rope, true, model.function_ulps * 0x1p-23);
+  rope_bounds(x, N, H, hd, rope, true, model.function_ulps * 0x1p-23, first);
   // wo_a by groups, a bf16 einsum on the dequantized weight.
   std::vector<Interval> og(static_cast<size_t>(N * G * R));
   const V41LayerWeights& w = m.layer_weights(layer);

@@ -72,14 +72,42 @@ std::vector<bounds::BoundedValue> v41_attention_core_bounds(const V41Model& m, i
                                                             int64_t N, const bounds::BoundModel& model);
 // The attention's output projection alone (§13) on sparse_attn's output o: the inverse RoPE (its products
 // and sum in fp32, then bf16), wo_a by groups (bf16), wo_b (linear_w, bf16). [N, dim].
+// Rows at positions first .. first + N - 1 (a decode step's one row at its position).
 std::vector<bounds::BoundedValue> v41_attention_output_bounds(const V41Model& m, int64_t layer, std::span<const double> o,
                                                               int64_t N, const bounds::BoundModel& model,
-                                                              V41Straddles* straddles = nullptr);
+                                                              V41Straddles* straddles = nullptr, int64_t first = 0);
 // The MoE alone (§14) on x [N, dim] (ffn_norm's output) under the selection `experts` [N, n_activated]
 // (the implementation's own, judged apart): each routed expert with its route weight's interval, the shared
 // expert, the clamped SwiGLU, the sum in any order. [N, dim] bf16.
 std::vector<bounds::BoundedValue> v41_moe_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
                                                  std::span<const int64_t> experts, const bounds::BoundModel& model,
                                                  V41Straddles* straddles = nullptr);
+
+// A block's hc mixes without the Sinkhorn (§14.2): pre = σ(m·s0 + b) + eps and post = 2σ(m·s1 + b), m the
+// projection of the flattened streams X [N, hc·dim] (intervals) times rsqrt(mean(X²) + norm_eps); the
+// attention's (ffn = false) or the FFN's weights of the layer. [N, hc] each. comb's Sinkhorn iterations
+// are not bounded (§15): the gate feeds hc_post the official's own comb.
+struct V41MixBounds {
+  std::vector<bounds::Interval> pre, post;
+};
+V41MixBounds v41_mix_bounds(const V41Model& m, int64_t layer, std::span<const bounds::Interval> X, int64_t N, bool ffn,
+                            const bounds::BoundModel& model);
+
+// The block around its two sublayers (§14.2), fed the official's streams `in` (after Engram), sublayer
+// outputs and hc mixes of `o`: the attention's mixes; the streams after its hc_post; the FFN's input (hc_pre
+// with the attention's pre, ffn_norm); the FFN's mixes (its pre is the next block's pre_mix); the block's
+// output streams after the FFN's hc_post. InputError when `o` lacks one of them.
+struct V41BlockBounds {
+  V41MixBounds attn_mixes, ffn_mixes;
+  std::vector<bounds::Interval> streams;     // [N, hc, dim] between the sublayers
+  std::vector<bounds::BoundedValue> ffn_x;   // [N, dim]
+  std::vector<bounds::BoundedValue> out;     // [N, hc, dim]
+};
+V41BlockBounds v41_block_bounds(const V41Model& m, int64_t layer, const V41LayerCapture& o, int64_t N,
+                                const bounds::BoundModel& model);
+// The final collapse of the last block's output streams (its bounds) with its FFN's pre [N, hc]: [N, dim] bf16.
+std::vector<bounds::BoundedValue> v41_final_collapse_bounds(const V41Model& m, std::span<const bounds::BoundedValue> out,
+                                                            std::span<const double> pre, int64_t N,
+                                                            const bounds::BoundModel& model);
 
 }  // namespace ced::v41
