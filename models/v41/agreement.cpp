@@ -406,6 +406,23 @@ struct Gate {
               v41_final_collapse_bounds(model, mine.out, ours.ffn_pre, N, *bounds));
     }
   }
+  // A kv source's compressor on the official's attn_x (docs/sound-bounds.md §14.4): its latent, compressed KV
+  // and index keys, by bounds; budgets in f64.
+  void compressor(int64_t l, const LayerPlan& lp, const V41LayerCapture& o, int64_t N, const V41LayerCapture& mine) {
+    const V41Config& c = model.config();
+    if (!lp.owns_compressor) return;
+    if (!bounds || o.attn_x.empty() || lp.ratio <= 0) {
+      values(l, "latent (forced x)", mine.latent, o.latent, c.head_dim);
+      values(l, "compress_kv (forced x)", mine.compress_kv, o.compress_kv);
+      if (lp.owns_index_k) values(l, "index_k (forced x)", mine.index_k, o.index_k);
+      return;
+    }
+    const V41CompressorBounds b = v41_compressor_bounds(model, l, o.attn_x, N, *bounds);
+    bounded(l, "latent (forced x)", mine.latent, o.latent, b.latent, c.head_dim, b.latent_straddles);
+    bounded(l, "compress_kv (forced x)", mine.compress_kv, o.compress_kv, b.compress_kv, c.head_dim, b.kv_straddles);
+    if (lp.owns_index_k)
+      bounded(l, "index_k (forced x)", mine.index_k, o.index_k, b.index_k, c.index_head_dim, b.k_straddles);
+  }
   // The query and the window KV on the official's attn_x, by bounds carried through wq_a, q_norm, wq_b, the
   // RoPE (and for the KV wkv, kv_norm, the RoPE, the QDQ): attn_kv's window rows only, its compressed rows
   // being the published compress_kv, judged as such. Budgets in f64.
@@ -562,7 +579,14 @@ void teacher_forced(Gate& g) {
     V41LayerCache seed;                  // what the layer hands to decode steps, when the file has them
     const V41LayerCapture ours = m.run_layer(l, official_input(off.result, m.plan(), l), o.pre_mix, N, o.hash_ids, shared,
                                              off.decode ? &seed : nullptr);
-    if (lp.engram) g.values(l, "in", ours.in, o.in, c.dim);
+    if (lp.engram && g.bounds && !o.engram_in.empty() && !o.hash_ids.empty() && !o.in.empty()) {
+      // Engram on the official's streams and hash ids, ours on our hash ids (judged above).
+      const std::vector<int64_t> theirs(o.hash_ids.begin(), o.hash_ids.end()), own(ours.hash_ids.begin(), ours.hash_ids.end());
+      g.bounded(l, "in", ours.in, o.in, v41_engram_bounds(m, l, o.engram_in, theirs, N, *g.bounds), c.dim, {},
+                own == theirs ? std::vector<bounds::BoundedValue>{} : v41_engram_bounds(m, l, o.engram_in, own, N, *g.bounds));
+    } else if (lp.engram) {
+      g.values(l, "in", ours.in, o.in, c.dim);
+    }
     if (g.bounds && !o.in.empty() && !o.attn_x.empty())  // the collapse and attn_norm, each side on its own streams
       g.bounded(l, "attn_x", ours.attn_x, o.attn_x, v41_attn_x_bounds(m, l, o.in, o.pre_mix, N, *g.bounds), c.dim, {},
                 lp.engram ? v41_attn_x_bounds(m, l, ours.in, o.pre_mix, N, *g.bounds) : std::vector<bounds::BoundedValue>{});
@@ -577,10 +601,9 @@ void teacher_forced(Gate& g) {
       g.lists(l, "attn_idx (forced selection)", g.index_lists(lp, o, forced, N), o.attn_idx, {}, 0);
     else
       g.lists(l, "attn_idx (forced x)", sa.attn_idx, o.attn_idx, {}, 0);
-    if (lp.owns_compressor) g.values(l, "latent (forced x)", sa.latent, o.latent, c.head_dim);
+    g.compressor(l, lp, o, N, sa);
     if (lp.owns_indexer) g.index_selection(l, lp, o, forced, sa, N);
-    if (lp.owns_compressor) g.values(l, "compress_kv (forced x)", sa.compress_kv, o.compress_kv);
-    if (lp.owns_index_k) g.values(l, "index_k (forced x)", sa.index_k, o.index_k);
+
     if (lp.candidate_source && !g.bounds) g.lists(l, "candidates (forced x)", sa.candidates, o.candidates, {}, 0);
     g.attention_ops(l, o, N, sa.attn_o, ao);
     V41LayerCapture sm;

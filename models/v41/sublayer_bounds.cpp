@@ -156,6 +156,46 @@ void qdq_bounds(std::span<Interval> x, int64_t K, const QdqRule& rule, V41Stradd
   }
 }
 
+// The compressed latent's FP4 QDQ (e2m1 per 16, an e4m3 scale e4m3(amax / 6), x / s an inexact fp32
+// division, the result cast to bf16) on intervals: every e4m3 scale between those of the amax interval's ends
+// (the kernel's fp32 amax / 6, or the exact quotient), each value between its ends' least and largest results.
+void fp4_e4m3_qdq_bounds(std::span<Interval> x, int64_t K, V41Straddles* straddles, const std::string& what) {
+  if (K < kFp4KvBlock || K % kFp4KvBlock != 0 || x.size() % static_cast<size_t>(K) != 0)
+    throw InputError(fmt::format("{} bounds: {} values in rows of {}", what, x.size(), K));
+  auto scale = [](double amax, bool exact) {
+    const float a = std::max(static_cast<float>(amax), kFp4KvAmaxFloor);
+    return f32_from_e4m3(e4m3_from_f32(exact ? static_cast<float>(static_cast<double>(a) / 6) : a / kE2m1Max));
+  };
+  auto qdq = [](double v, float s) {
+    const float q = static_cast<float>(v) / s, c = q < -kE2m1Max ? -kE2m1Max : (q > kE2m1Max ? kE2m1Max : q);
+    return static_cast<double>(round_bf16(f32_from_e2m1(e2m1_from_f32(c)) * s));
+  };
+  for (size_t b = 0; b < x.size() / static_cast<size_t>(kFp4KvBlock); ++b) {
+    Interval* v = x.data() + b * static_cast<size_t>(kFp4KvBlock);
+    double amax_lo = 0, amax_hi = 0;
+    for (int64_t i = 0; i < kFp4KvBlock; ++i) {
+      amax_lo = std::max(amax_lo, v[i].lo <= 0 && 0 <= v[i].hi ? 0 : std::min(std::fabs(v[i].lo), std::fabs(v[i].hi)));
+      amax_hi = std::max({amax_hi, std::fabs(v[i].lo), std::fabs(v[i].hi)});
+    }
+    const float s_lo = std::min(scale(amax_lo, false), scale(amax_lo, true)), s_hi = std::max(scale(amax_hi, false), scale(amax_hi, true));
+    // The e4m3 values from s_lo to s_hi, in code order (positive codes rise with their values).
+    std::vector<float> scales;
+    for (uint8_t code = e4m3_from_f32(s_lo); f32_from_e4m3(code) <= s_hi && code < 0x7F; ++code) scales.push_back(f32_from_e4m3(code));
+    int64_t reached = 0;
+    for (int64_t i = 0; i < kFp4KvBlock; ++i) {
+      double lo = INFINITY, hi = -INFINITY;
+      for (float sc : scales) lo = std::min(lo, qdq(v[i].lo, sc)), hi = std::max(hi, qdq(v[i].hi, sc));
+      reached += lo != hi;
+      v[i] = {lo, hi};
+    }
+    if (straddles && (reached > 0 || scales.size() > 1))
+      straddles->add(reached, scales.size() > 1 ? 1 : 0,
+                     fmt::format("{}, row {}, block {}: {} e2m1 values{}", what, b * kFp4KvBlock / static_cast<size_t>(K),
+                                 b % (static_cast<size_t>(K) / kFp4KvBlock), reached,
+                                 scales.size() > 1 ? fmt::format(" and {} scales", scales.size()) : ""));
+  }
+}
+
 }  // namespace
 
 void V41Straddles::add(int64_t v, int64_t s, const std::string& where) {
@@ -360,6 +400,156 @@ std::vector<BoundedValue> v41_final_collapse_bounds(const V41Model& m, std::span
   std::vector<BoundedValue> b(y.size());
   for (size_t i = 0; i < y.size(); ++i) b[i] = {(y[i].lo + y[i].hi) / 2, y[i], (y[i].lo + y[i].hi) / 2};
   return b;
+}
+
+V41CompressorBounds v41_compressor_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
+                                          const bounds::BoundModel& model) {
+  const V41Config& c = m.config();
+  const LayerPlan& lp = m.plan()[layer];
+  const int64_t r = lp.ratio, hd = c.head_dim, ID = c.index_head_dim, T = r > 0 ? N / r : 0;
+  if (r <= 0 || x.size() != static_cast<size_t>(N * c.dim))
+    throw InputError(fmt::format("compressor bounds of layer {}: ratio {}, {} values for N {}", layer, r, x.size(), N));
+  V41CompressorBounds out;
+  if (T == 0) return out;
+  const V41LayerWeights& w = m.layer_weights(layer);
+  const fwd::Arith a(m.regime());
+  const double fu = model.function_ulps * 0x1p-23;
+  const std::vector<Interval> xi = points(x);
+  std::vector<Interval> latent;
+  if (r == 1) {  // wkv (bf16), no pooling
+    latent = admissible_of(v41_linear_w_bounds(m, xi, N, w.compressor_wkv, model, 8, &out.latent_straddles, "the compressor's wkv"));
+  } else {
+    // The fp32 projections, then per group and channel the softmax of the scores over its r tokens and the
+    // weighted sum (§14.4): each weight e^{s - max} / Σ within e^{±Δ} of the exact (Δ the score's half-width,
+    // the exp's ulps, the subtraction, the division, the product), the sums within §2, the quotient's corners.
+    const auto kv = v41_linear_w_bounds(m, xi, N, w.compressor_wkv, model, 24, &out.latent_straddles, "the compressor's wkv");
+    const auto sc = v41_linear_w_bounds(m, xi, N, w.compressor_wgate, model, 24, &out.latent_straddles, "the compressor's wgate");
+    latent.resize(static_cast<size_t>(T * hd));
+    std::vector<double> p(static_cast<size_t>(r)), dl(static_cast<size_t>(r));
+    for (int64_t g = 0; g < T; ++g)
+      for (int64_t ch = 0; ch < hd; ++ch) {
+        auto at = [&](int64_t i) { return static_cast<size_t>((g * r + i) * hd + ch); };
+        double mx = -INFINITY, smag = 0;
+        for (int64_t i = 0; i < r; ++i) mx = std::max(mx, sc[at(i)].value), smag = std::max(smag, std::fabs(sc[at(i)].value));
+        double den_lo = 0, den_hi = 0, num_lo = 0, num_hi = 0, abs = 0, num = 0, den = 0;
+        for (int64_t i = 0; i < r; ++i) {
+          const Interval s = sc[at(i)].admissible;
+          const double delta = std::max(s.hi - sc[at(i)].value, sc[at(i)].value - s.lo) + fu * (1 + fu) + 2 * kU32 * (smag + 1) + 3 * kU32;
+          const double e = std::exp(sc[at(i)].value - mx), lo = e * std::exp(-delta), hi = e * std::exp(delta) + 0x1p-125;
+          const Interval v = kv[at(i)].admissible;
+          den += e, num += e * kv[at(i)].value;
+          den_lo += lo, den_hi += hi;
+          num_lo += std::min({lo * v.lo, lo * v.hi, hi * v.lo, hi * v.hi});
+          num_hi += std::max({lo * v.lo, lo * v.hi, hi * v.lo, hi * v.hi});
+          abs += hi * std::max(std::fabs(v.lo), std::fabs(v.hi));
+        }
+        const double e_num = bounds::sum_error_bound(r, abs, bounds::AccumulationModel::fp32(), false);
+        const double e_den = bounds::sum_error_bound(r, den_hi, bounds::AccumulationModel::fp32(), true);
+        num_lo -= e_num, num_hi += e_num, den_lo -= e_den, den_hi += e_den;
+        const double q_lo = num_lo >= 0 ? num_lo / den_hi : num_lo / den_lo, q_hi = num_hi >= 0 ? num_hi / den_lo : num_hi / den_hi;
+        latent[static_cast<size_t>(g * hd + ch)] =
+            bounds::bounded_result(num / den, q_lo - kU32 * std::fabs(q_lo), q_hi + kU32 * std::fabs(q_hi), model.scale, 8).admissible;
+      }
+  }
+  latent = rmsnorm_intervals(latent, hd, w.compressor_norm, c.norm_eps, model);
+  const fwd::RopeTable rope = fwd::layer_rope(a, c, lp, N);
+  auto as_bounded = [](const std::vector<Interval>& v) {
+    std::vector<BoundedValue> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = {(v[i].lo + v[i].hi) / 2, v[i], (v[i].lo + v[i].hi) / 2};
+    return b;
+  };
+  out.latent = as_bounded(latent);
+  // Each group's rows at its first token's position j·r: a table whose row j is the table's row j·r.
+  fwd::RopeTable grouped;
+  grouped.half = rope.half;
+  for (int64_t j = 0; j < T; ++j) {
+    grouped.cos.insert(grouped.cos.end(), rope.cos.begin() + j * r * rope.half, rope.cos.begin() + (j * r + 1) * rope.half);
+    grouped.sin.insert(grouped.sin.end(), rope.sin.begin() + j * r * rope.half, rope.sin.begin() + (j * r + 1) * rope.half);
+  }
+  if (lp.owns_index_k) {  // wk (bf16), k_norm, the RoPE, FP4 per 32
+    std::vector<Interval> k = admissible_of(v41_linear_w_bounds(m, latent, T, w.indexer_wk, model, 8, &out.k_straddles, "wk"));
+    k = rmsnorm_intervals(k, ID, w.indexer_k_norm, c.norm_eps, model);
+    rope_bounds(k, T, 1, ID, grouped, false, fu);
+    v41_fp4_qdq_bounds(k, ID, &out.k_straddles, "the index keys' FP4 QDQ");
+    out.index_k = as_bounded(k);
+  }
+  std::vector<Interval> kv = latent;  // the RoPE, then FP4 per 16 with e4m3 scales
+  rope_bounds(kv, T, 1, hd, grouped, false, fu);
+  fp4_e4m3_qdq_bounds(kv, hd, &out.kv_straddles, "the compressed KV's FP4 QDQ");
+  out.compress_kv = as_bounded(kv);
+  return out;
+}
+
+std::vector<BoundedValue> v41_engram_bounds(const V41Model& m, int64_t layer, std::span<const double> streams,
+                                            std::span<const int64_t> hash_ids, int64_t N, const bounds::BoundModel& model) {
+  const V41Config& c = m.config();
+  const V41LayerWeights& w = m.layer_weights(layer);
+  const int64_t hc = c.hc_mult, D = c.dim, ed = c.engram_head_dim, cols = (c.engram_max_ngram_size - 1) * c.engram_n_heads;
+  if (streams.size() != static_cast<size_t>(N * hc * D) || hash_ids.size() != static_cast<size_t>(N * cols))
+    throw InputError(fmt::format("engram bounds of layer {}: streams {} values, hash ids {} for N {}", layer, streams.size(),
+                                 hash_ids.size(), N));
+  std::vector<Interval> emb(static_cast<size_t>(N * cols * ed));
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t row = hash_ids[static_cast<size_t>(t * cols + j)];
+      if (row < 0 || row >= w.engram_rows)
+        throw InputError(fmt::format("engram bounds of layer {}: hash id {} outside the table", layer, row));
+      for (int64_t e = 0; e < ed; ++e) {
+        const double v = w.engram_table[static_cast<size_t>(row * ed + e)];
+        emb[static_cast<size_t>((t * cols + j) * ed + e)] = {v, v};
+      }
+    }
+  // Keys and the value: wkv of the looked-up rows, bf16 (§5).
+  const std::vector<Interval> kv = admissible_of(v41_linear_w_bounds(m, emb, N, w.engram_wkv, model, 8, nullptr, "engram wkv"));
+  const double fu = model.function_ulps * 0x1p-23, dd = static_cast<double>(D);
+  const double e32 = static_cast<double>(static_cast<float>(c.norm_eps));
+  const double eps_lo = std::min(c.norm_eps, e32), eps_hi = std::max(c.norm_eps, e32);
+  // rsqrt(Σ/D + eps) over a sum's interval: the division, the sum with eps and 1/sqrt rounded (§6).
+  auto rsqrt_of = [&](double s_lo, double s_hi) {
+    const double t_lo = (s_lo / dd * (1 - kU32) + eps_lo) * (1 - kU32), t_hi = (s_hi / dd * (1 + kU32) + eps_hi) * (1 + kU32);
+    return Interval{(1 - fu) * (1 - 2 * kU32) / std::sqrt(t_hi), (1 + fu) * (1 + 2 * kU32) / std::sqrt(std::max(t_lo, 0x1p-149))};
+  };
+  const double isd = std::pow(dd, -0.5);
+  const Interval inv_sqrt_d{isd * (1 - kU32), isd * (1 + kU32)};
+  std::vector<BoundedValue> out(streams.size());
+  for (int64_t t = 0; t < N; ++t) {
+    const Interval* value = kv.data() + t * (hc + 1) * D + hc * D;
+    for (int64_t ch = 0; ch < hc; ++ch) {
+      const double* h = streams.data() + (t * hc + ch) * D;
+      const Interval* key = kv.data() + t * (hc + 1) * D + ch * D;
+      double hh = 0, kk_lo = 0, kk_hi = 0, d_lo = 0, d_hi = 0, d_abs = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        hh += h[d] * h[d];
+        const Interval k = key[d];
+        kk_lo += k.lo <= 0 && 0 <= k.hi ? 0 : std::min(k.lo * k.lo, k.hi * k.hi);
+        kk_hi += std::max(k.lo * k.lo, k.hi * k.hi);
+        const double hw = h[d] * w.engram_q[static_cast<size_t>(ch * D + d)] * w.engram_k[static_cast<size_t>(ch * D + d)];
+        d_lo += std::min(hw * k.lo, hw * k.hi);
+        d_hi += std::max(hw * k.lo, hw * k.hi);
+        d_abs += std::max(std::fabs(hw * k.lo), std::fabs(hw * k.hi));
+      }
+      // Three sums of D terms in any order; the dot's terms carry two more product roundings each.
+      const double e_hh = bounds::sum_error_bound(D, hh, model.accumulation, true);
+      const double e_kk = bounds::sum_error_bound(D, kk_hi, model.accumulation, false);
+      const double e_d = bounds::sum_error_bound(D, d_abs, model.accumulation, false) + 3 * kU32 * d_abs + 0x1p-50 * d_abs;
+      const Interval rstd = times(rsqrt_of(hh - e_hh, hh + e_hh), rsqrt_of(kk_lo - e_kk, kk_hi + e_kk));
+      const Interval g = times(times({d_lo - e_d, d_hi + e_d}, rstd), inv_sqrt_d);
+      // The gate σ(sign(g)·sqrt(max(|g|, 1e-6))): a rising function of g (with a step at 0), so its ends
+      // are those of g's; the sqrt and the sigmoid within the functions' ulps and their roundings.
+      auto signed_root = [&](double v) { return std::copysign(std::sqrt(std::max(std::fabs(v), 1e-6)), v); };
+      const double r_lo = signed_root(g.lo), r_hi = signed_root(g.hi);
+      const Interval root{r_lo - (fu + kU32) * std::fabs(r_lo), r_hi + (fu + kU32) * std::fabs(r_hi)};
+      const Interval gate = sigmoid(root, fu);
+      for (int64_t d = 0; d < D; ++d) {
+        const Interval p = times(gate, value[d]);
+        const double lo = h[d] + p.lo, hi = h[d] + p.hi;
+        const size_t at = static_cast<size_t>((t * hc + ch) * D + d);
+        out[at] = bounds::bounded_result(h[d] + (p.lo + p.hi) / 2, lo - kU32 * std::fabs(lo), hi + kU32 * std::fabs(hi),
+                                         model.scale, 8);
+      }
+    }
+  }
+  return out;
 }
 
 std::vector<Interval> v41_index_score_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,

@@ -83,6 +83,24 @@ std::vector<bounds::BoundedValue> v41_moe_bounds(const V41Model& m, int64_t laye
                                                  std::span<const int64_t> experts, const bounds::BoundModel& model,
                                                  V41Straddles* straddles = nullptr);
 
+// A kv source's compressor (§14.4) on x [N, dim] (attn_norm's output) of a prefill from 0: the latent
+// [N / ratio, head_dim] (wkv bf16 for ratio 1; else the fp32 wkv and wgate and the softmax pooling per group,
+// bf16; then the norm), the compressed KV (the RoPE at each group's first token, FP4 per 16 with e4m3
+// scales) and, for an owner, the index keys [N / ratio, index_head_dim] (wk, k_norm, RoPE, FP4 per 32).
+struct V41CompressorBounds {
+  std::vector<bounds::BoundedValue> latent, compress_kv, index_k;
+  V41Straddles latent_straddles, kv_straddles, k_straddles;  // each from its own quantizers
+};
+V41CompressorBounds v41_compressor_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
+                                          const bounds::BoundModel& model);
+
+// Engram (§14.3) on the streams before it [N, hc, dim] (points: the official's) with the hash ids [N, cols]
+// it read: wkv of the looked-up rows (bf16), each stream's gate from its RMS-normalised dot with its key, the
+// gated value added, bf16. [N, hc, dim]: the streams the block then reads.
+std::vector<bounds::BoundedValue> v41_engram_bounds(const V41Model& m, int64_t layer, std::span<const double> streams,
+                                                    std::span<const int64_t> hash_ids, int64_t N,
+                                                    const bounds::BoundModel& model);
+
 // A block's hc mixes without the Sinkhorn (§14.2): pre = σ(m·s0 + b) + eps and post = 2σ(m·s1 + b), m the
 // projection of the flattened streams X [N, hc·dim] (intervals) times rsqrt(mean(X²) + norm_eps); the
 // attention's (ffn = false) or the FFN's weights of the layer. [N, hc] each. comb's Sinkhorn iterations
