@@ -31,7 +31,7 @@ std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int
   const int64_t rows = static_cast<int64_t>(kv.size()) / d;
   for (int32_t j : idxs)
     if (j < -1 || j >= rows) throw InputError(fmt::format("attention bounds: index {} outside [-1, {})", j, rows));
-  // The scale as given or rounded to fp32 (§12.1); every fp32 exp within the model's ulps.
+  // The scale as given or rounded to fp32 (docs/sound-bounds.md §12.1); every fp32 exp within the model's ulps.
   const double c32 = static_cast<double>(static_cast<float>(scale));
   const double c_lo = std::min(scale, c32), c_hi = std::max(scale, c32);
   const double fn = model.function_ulps * 0x1p-23;
@@ -67,7 +67,8 @@ std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int
       }
       // A probability's relative error as a factor e^{±Δ}: its score's error, three roundings of the score
       // (the scale's product, a folded log2(e), the subtraction of a running max, each within u of the
-      // largest magnitude), and per block of the online softmax one exp and one rescale (§12.2).
+      // largest magnitude), and per block of the online softmax one exp and one rescale
+      // (docs/sound-bounds.md §12.1, §12.2).
       const double per_exp = fn * (1 + fn) + 2 * kU32 + 2 * kU32 * sabs;
       const double common = static_cast<double>(blocks + 1) * per_exp + ref;
       p_lo.assign(n, 0);

@@ -135,7 +135,8 @@ TEST(AttentionBounds, EveryLegitimateWayAtTheReleasesWidthsAndListLengthsIsAdmis
           EXPECT_EQ(j.outside, 0) << "way " << i << " d " << d << " k " << k;
           // Not vacuous: an output admits at most sixteen bf16 steps of its row's scale (the larger of its own
           // magnitude and its row's RMS, as the gate counts ulps), though a cancelling numerator admits more
-          // than its own magnitude's (each probability's bf16 rounding may go either way, §12.2).
+          // than its own magnitude's (each probability's bf16 rounding may go either way,
+          // docs/sound-bounds.md §12.2).
           EXPECT_LE(widest_in_row_steps(b16, c.d), 16) << "d " << d << " k " << k;  // the budget it replaced: 16
         }
       }

@@ -88,7 +88,7 @@ void rope_fma(Vec& x, int64_t rows, int64_t heads, int64_t d, const fwd::RopeTab
     }
 }
 
-// ---- the MoE written other ways (§14)
+// ---- the MoE written other ways (docs/sound-bounds.md §14.1)
 
 struct MoeWay {
   const char* name;
@@ -152,7 +152,7 @@ Vec moe_as(const V41Model& m, int64_t l, const MoeWay& way, std::span<const doub
   return out;
 }
 
-// ---- the attention's ops written other ways (§13)
+// ---- the attention's ops written other ways (docs/sound-bounds.md §13)
 
 // wo_a by groups (each dot product in `order`, bf16): the output projection's first half on o [N, H, hd]
 // after the inverse RoPE (with fused multiply-adds). [N, o_groups · o_lora_rank] bf16.
@@ -492,7 +492,7 @@ TEST(V41SublayerBounds, TheGatePassesSublayersWrittenOtherWaysAndFailsPlantedOne
   EXPECT_EQ(failed, (std::set<std::pair<int64_t, std::string>>{{lm, "ffn_out (forced x)"}, {lq, "attn_q (forced x)"}}));
 }
 
-// ---- act_quant on intervals (§11)
+// ---- act_quant on intervals (docs/sound-bounds.md §11)
 
 namespace {
 // The QDQ of fp32 values by the release's own function.

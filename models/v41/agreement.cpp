@@ -214,7 +214,7 @@ struct Gate {
                                     kind, at, straddles.values, straddles.scales, straddles.first));
     v41_judge(r);
   }
-  // The attention's two last ops, each on the official's own input to it (docs/sound-bounds.md §12, §13):
+  // The attention's two last ops, each on the official's own input to it (docs/sound-bounds.md §12, §13.1):
   // sparse_attn on its query, rows and index lists, the output projection on sparse_attn's output. Where
   // the file lacks them (the lean golden files) or the regime is f64, the sublayer on attn_x by budgets.
   void attention_ops(int64_t l, const V41LayerCapture& o, int64_t N, std::span<const double> attn_o_x,
@@ -390,7 +390,8 @@ struct Gate {
     bounded(l, prefix + "attn_pre", ours.attn_pre, o.attn_pre, as_bounded(b.attn_mixes.pre), 0, {}, as_bounded(mine.attn_mixes.pre));
     bounded(l, prefix + "attn_post", ours.attn_post, o.attn_post, as_bounded(b.attn_mixes.post), 0, {},
             as_bounded(mine.attn_mixes.post));
-    values(l, prefix + "attn_comb", ours.attn_comb, o.attn_comb);  // Sinkhorn: reported, not judged (§15)
+    // Sinkhorn: reported, not judged (docs/sound-bounds.md §15)
+    values(l, prefix + "attn_comb", ours.attn_comb, o.attn_comb);
     bounded(l, prefix + "ffn_x", ours.ffn_x, o.ffn_x, b.ffn_x, c.dim, {}, mine.ffn_x);
     bounded(l, prefix + "ffn_pre", ours.ffn_pre, o.ffn_pre.empty() ? next_pre : o.ffn_pre, as_bounded(b.ffn_mixes.pre), 0, {},
             as_bounded(mine.ffn_mixes.pre));

@@ -43,7 +43,7 @@ Interval times(Interval a, Interval b) {
 }
 // silu(x) = x / (1 + e^-x) over [a, b]: falling to its minimum at x* (silu'(x*) = 0), rising after; then
 // the implementation's exp within its ulps and three roundings (a sum, a division or a reciprocal and a
-// product), relative to the largest magnitude (§14.1).
+// product; 4u is taken), relative to the largest magnitude (docs/sound-bounds.md §14.1).
 Interval silu(Interval x, double fn) {
   constexpr double xs = -1.2784645427610738, ys = -0.27846454276107380;  // the minimum
   auto f = [](double v) { return v / (1 + std::exp(-v)); };
@@ -55,7 +55,7 @@ Interval silu(Interval x, double fn) {
 
 // RoPE on intervals, row t at position t: each head's last 2·half values as pairs (x0 + i x1) times
 // (c + i s), or its conjugate when inverse; each table entry within the functions' ulps of ours, two
-// products and a sum rounded in fp32 (§13.1), then bf16 (the tensor is bf16).
+// products and a sum rounded in fp32 (docs/sound-bounds.md §13.1), then bf16 (the tensor is bf16).
 void rope_bounds(std::vector<Interval>& x, int64_t rows, int64_t heads, int64_t d, const fwd::RopeTable& rope,
                  bool inverse, double fn, int64_t first = 0) {
   const int64_t half = rope.half, rotated = d - 2 * half;
@@ -420,8 +420,9 @@ V41CompressorBounds v41_compressor_bounds(const V41Model& m, int64_t layer, std:
     latent = admissible_of(v41_linear_w_bounds(m, xi, N, w.compressor_wkv, model, 8, &out.latent_straddles, "the compressor's wkv"));
   } else {
     // The fp32 projections, then per group and channel the softmax of the scores over its r tokens and the
-    // weighted sum (§14.4): each weight e^{s - max} / Σ within e^{±Δ} of the exact (Δ the score's half-width,
-    // the exp's ulps, the subtraction, the division, the product), the sums within §2, the quotient's corners.
+    // weighted sum (docs/sound-bounds.md §14.4): each weight e^{s - max} / Σ within e^{±Δ} of the exact (Δ
+    // the score's half-width, the exp's ulps, the subtraction, the division, the product), the sums by the
+    // any-order bound (docs/sound-bounds.md §2), the quotient's corners.
     const auto kv = v41_linear_w_bounds(m, xi, N, w.compressor_wkv, model, 24, &out.latent_straddles, "the compressor's wkv");
     const auto sc = v41_linear_w_bounds(m, xi, N, w.compressor_wgate, model, 24, &out.latent_straddles, "the compressor's wgate");
     latent.resize(static_cast<size_t>(T * hd));

@@ -2,7 +2,8 @@
 // Admissible results of the v41 sublayers' ops under op-level forcing (docs/sound-bounds.md §12-§14): each
 // op computed from the inputs the implementation was given (the official run's own), intervals carried in
 // f64 through its elementwise steps, every quantizer admitting each result its input interval reaches.
-// What the gate judges "attn_o (forced q, kv, idx)", "attn_out (forced o)" and "ffn_out (forced x)" by.
+// What the gate judges its sublayer kinds by: sparse_attn and the attention's other ops, the index scores'
+// selection, the MoE, the block's mixes and streams, Engram and the compressor.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -39,15 +40,16 @@ std::vector<bounds::BoundedValue> v41_linear_w_bounds(const V41Model& m, std::sp
                                                       const V41Linear& w, const bounds::BoundModel& model, int out_bits,
                                                       V41Straddles* straddles = nullptr, const std::string& what = "");
 
-// The attention's input (§13.3): the collapse of the block's streams [N, hc, dim] (after its Engram) with the
-// pre_mix [N, hc] it was given, then attn_norm. [N, dim] bf16.
+// The attention's input (docs/sound-bounds.md §13.3): the collapse of the block's streams [N, hc, dim]
+// (after its Engram) with the pre_mix [N, hc] it was given, then attn_norm. [N, dim] bf16.
 std::vector<bounds::BoundedValue> v41_attn_x_bounds(const V41Model& m, int64_t layer, std::span<const double> streams,
                                                     std::span<const double> pre_mix, int64_t N,
                                                     const bounds::BoundModel& model);
 
-// The attention's query and window KV (§13.2) on x [N, dim] (attn_norm's output): q [N, n_heads, head_dim]
-// after wq_a, q_norm, wq_b and the RoPE; the window KV rows [N, head_dim] after wkv, kv_norm, the RoPE and
-// the FP8 QDQ. Their intervals carried through every op, bf16 at each of the release's casts.
+// The attention's query and window KV (docs/sound-bounds.md §13.2) on x [N, dim] (attn_norm's output):
+// q [N, n_heads, head_dim] after wq_a, q_norm, wq_b and the RoPE; the window KV rows [N, head_dim] after wkv,
+// kv_norm, the RoPE and the FP8 QDQ. Their intervals carried through every op, bf16 at each of the release's
+// casts.
 struct V41QkvBounds {
   std::vector<bounds::BoundedValue> q, kv;
   V41Straddles q_straddles, kv_straddles;
@@ -55,38 +57,42 @@ struct V41QkvBounds {
 V41QkvBounds v41_attention_qkv_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
                                       const bounds::BoundModel& model);
 
-// The index scores of an index source (§13.4) on x [N, dim] (attn_norm's output): the indexer's query (wq_a,
-// q_norm, its wq_b, the RoPE, FP4 per 32), the keys index_k [T, index_head_dim] the layer reads (points: the
-// official's published ones), each head's weight (weights_proj times its constant), score[t, j] = Σ_h
-// relu(q_th · k_j) · w_th with the release's three bf16 casts (none under --index-scores fp32). [N, T = N /
-// ratio]; −∞ where query t does not see group j, or where the candidate pool `candidates` [N, T] (empty:
-// none) leaves it out. What a published selection is judged against (judge_topk).
+// The index scores of an index source (docs/sound-bounds.md §13.4) on x [N, dim] (attn_norm's output): the
+// indexer's query (wq_a, q_norm, its wq_b, the RoPE, FP4 per 32), the keys index_k [T, index_head_dim] the
+// layer reads (points: the official's published ones), each head's weight (weights_proj times its
+// constant), score[t, j] = Σ_h relu(q_th · k_j) · w_th with the release's three bf16 casts (none under
+// --index-scores fp32). [N, T = N / ratio]; −∞ where query t does not see group j, or where the candidate
+// pool `candidates` [N, T] (empty: none) leaves it out. What a published selection is judged against
+// (judge_topk).
 std::vector<bounds::Interval> v41_index_score_bounds(const V41Model& m, int64_t layer, std::span<const double> x,
                                                      int64_t N, std::span<const double> index_k,
                                                      std::span<const uint8_t> candidates,
                                                      const bounds::BoundModel& model, V41Straddles* straddles = nullptr);
 
-// sparse_attn alone (§12) on q [N, n_heads, head_dim], kv rows, index lists [N, k]: bf16 outputs.
+// sparse_attn alone (docs/sound-bounds.md §12) on q [N, n_heads, head_dim], kv rows, index lists [N, k]:
+// bf16 outputs.
 std::vector<bounds::BoundedValue> v41_attention_core_bounds(const V41Model& m, int64_t layer, std::span<const double> q,
                                                             std::span<const double> kv, std::span<const int32_t> idx,
                                                             int64_t N, const bounds::BoundModel& model);
-// The attention's output projection alone (§13) on sparse_attn's output o: the inverse RoPE (its products
-// and sum in fp32, then bf16), wo_a by groups (bf16), wo_b (linear_w, bf16). [N, dim].
+// The attention's output projection alone (docs/sound-bounds.md §13.1) on sparse_attn's output o: the
+// inverse RoPE (its products and sum in fp32, then bf16), wo_a by groups (bf16), wo_b (linear_w, bf16).
+// [N, dim].
 // Rows at positions first .. first + N - 1 (a decode step's one row at its position).
 std::vector<bounds::BoundedValue> v41_attention_output_bounds(const V41Model& m, int64_t layer, std::span<const double> o,
                                                               int64_t N, const bounds::BoundModel& model,
                                                               V41Straddles* straddles = nullptr, int64_t first = 0);
-// The MoE alone (§14) on x [N, dim] (ffn_norm's output) under the selection `experts` [N, n_activated]
-// (the implementation's own, judged apart): each routed expert with its route weight's interval, the shared
-// expert, the clamped SwiGLU, the sum in any order. [N, dim] bf16.
+// The MoE alone (docs/sound-bounds.md §14.1) on x [N, dim] (ffn_norm's output) under the selection
+// `experts` [N, n_activated] (the implementation's own, judged apart): each routed expert with its route
+// weight's interval, the shared expert, the clamped SwiGLU, the sum in any order. [N, dim] bf16.
 std::vector<bounds::BoundedValue> v41_moe_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
                                                  std::span<const int64_t> experts, const bounds::BoundModel& model,
                                                  V41Straddles* straddles = nullptr);
 
-// A kv source's compressor (§14.4) on x [N, dim] (attn_norm's output) of a prefill from 0: the latent
-// [N / ratio, head_dim] (wkv bf16 for ratio 1; else the fp32 wkv and wgate and the softmax pooling per group,
-// bf16; then the norm), the compressed KV (the RoPE at each group's first token, FP4 per 16 with e4m3
-// scales) and, for an owner, the index keys [N / ratio, index_head_dim] (wk, k_norm, RoPE, FP4 per 32).
+// A kv source's compressor (docs/sound-bounds.md §14.4) on x [N, dim] (attn_norm's output) of a prefill
+// from 0: the latent [N / ratio, head_dim] (wkv bf16 for ratio 1; else the fp32 wkv and wgate and the
+// softmax pooling per group, bf16; then the norm), the compressed KV (the RoPE at each group's first token,
+// FP4 per 16 with e4m3 scales) and, for an owner, the index keys [N / ratio, index_head_dim] (wk, k_norm,
+// RoPE, FP4 per 32).
 struct V41CompressorBounds {
   std::vector<bounds::BoundedValue> latent, compress_kv, index_k;
   V41Straddles latent_straddles, kv_straddles, k_straddles;  // each from its own quantizers
@@ -94,27 +100,29 @@ struct V41CompressorBounds {
 V41CompressorBounds v41_compressor_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
                                           const bounds::BoundModel& model);
 
-// Engram (§14.3) on the streams before it [N, hc, dim] (points: the official's) with the hash ids [N, cols]
-// it read: wkv of the looked-up rows (bf16), each stream's gate from its RMS-normalised dot with its key, the
-// gated value added, bf16. [N, hc, dim]: the streams the block then reads.
+// Engram (docs/sound-bounds.md §14.3) on the streams before it [N, hc, dim] (points: the official's) with
+// the hash ids [N, cols] it read: wkv of the looked-up rows (bf16), each stream's gate from its
+// RMS-normalised dot with its key, the gated value added, bf16. [N, hc, dim]: the streams the block then
+// reads.
 std::vector<bounds::BoundedValue> v41_engram_bounds(const V41Model& m, int64_t layer, std::span<const double> streams,
                                                     std::span<const int64_t> hash_ids, int64_t N,
                                                     const bounds::BoundModel& model);
 
-// A block's hc mixes without the Sinkhorn (§14.2): pre = σ(m·s0 + b) + eps and post = 2σ(m·s1 + b), m the
-// projection of the flattened streams X [N, hc·dim] (intervals) times rsqrt(mean(X²) + norm_eps); the
-// attention's (ffn = false) or the FFN's weights of the layer. [N, hc] each. comb's Sinkhorn iterations
-// are not bounded (§15): the gate feeds hc_post the official's own comb.
+// A block's hc mixes without the Sinkhorn (docs/sound-bounds.md §14.2): pre = σ(m·s0 + b) + eps and
+// post = 2σ(m·s1 + b), m the projection of the flattened streams X [N, hc·dim] (intervals) times
+// rsqrt(mean(X²) + norm_eps); the attention's (ffn = false) or the FFN's weights of the layer. [N, hc] each.
+// comb's Sinkhorn iterations are not bounded (docs/sound-bounds.md §15): the gate feeds hc_post the
+// official's own comb.
 struct V41MixBounds {
   std::vector<bounds::Interval> pre, post;
 };
 V41MixBounds v41_mix_bounds(const V41Model& m, int64_t layer, std::span<const bounds::Interval> X, int64_t N, bool ffn,
                             const bounds::BoundModel& model);
 
-// The block around its two sublayers (§14.2), fed the official's streams `in` (after Engram), sublayer
-// outputs and hc mixes of `o`: the attention's mixes; the streams after its hc_post; the FFN's input (hc_pre
-// with the attention's pre, ffn_norm); the FFN's mixes (its pre is the next block's pre_mix); the block's
-// output streams after the FFN's hc_post. InputError when `o` lacks one of them.
+// The block around its two sublayers (docs/sound-bounds.md §14.2), fed the official's streams `in` (after
+// Engram), sublayer outputs and hc mixes of `o`: the attention's mixes; the streams after its hc_post; the
+// FFN's input (hc_pre with the attention's pre, ffn_norm); the FFN's mixes (its pre is the next block's
+// pre_mix); the block's output streams after the FFN's hc_post. InputError when `o` lacks one of them.
 struct V41BlockBounds {
   V41MixBounds attn_mixes, ffn_mixes;
   std::vector<bounds::Interval> streams;     // [N, hc, dim] between the sublayers
