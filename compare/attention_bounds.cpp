@@ -84,8 +84,9 @@ std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int
       }
       const double ps = std::exp(sink[static_cast<size_t>(h)] - smax);
       den += ps;
-      den_lo += std::max(0.0, ps * std::exp(-common) - kTiny);
-      den_hi += ps * std::exp(common) + kTiny;
+      // The sink's probability as any other's: a port may round it to bf16 too.
+      den_lo += std::max(0.0, ps * std::exp(-common) * (1 - kBf16) - kTiny);
+      den_hi += ps * std::exp(common) * (1 + kBf16) + kTiny;
       // The sums' own roundings: k terms, a rescale and a block sum per block, the sink (§2).
       const int64_t terms = static_cast<int64_t>(n) + 2 * blocks + 2;
       const double e_den = sum_error_bound(terms, den_hi, model.accumulation, false);

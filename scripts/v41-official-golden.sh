@@ -27,7 +27,7 @@ for spec in "v41-tiny:1 5 17 40" "v41-wide:1 33"; do
     for mode in bf16 fp8; do
       file=$out/${config#v41-}-$mode-n$n.h5
       "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/$config" \
-        --config-name "$config" --weight-seed 0 --mode "$mode" --n "$n" --threads 1 --input-seed 0 --lean --out "$file"
+        --config-name "$config" --weight-seed 0 --mode "$mode" --n "$n" --threads 1 --input-seed 0 --out "$file"
     done
   done
 done
@@ -36,7 +36,7 @@ done
 # than index_topk picks, so the index keys a step reads decide its selection).
 for mode in bf16 fp8; do
   "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny" \
-    --config-name v41-tiny --weight-seed 0 --mode "$mode" --n 13 --decode-steps 8 --threads 1 --input-seed 0 --lean \
+    --config-name v41-tiny --weight-seed 0 --mode "$mode" --n 13 --decode-steps 8 --threads 1 --input-seed 0 \
     --out "$out/tiny-$mode-n13-d8.h5"
 done
 # The negative control of the SwiGLU clamp needs pre-activations above swiglu_limit, which the random
@@ -44,5 +44,5 @@ done
 boost=(--boost layers.0.ffn.shared_experts.w1.weight=3 --boost layers.0.ffn.shared_experts.w3.weight=5)
 "$ced" export --config v41-tiny --weight-seed 0 --out "$tmp/v41-tiny-hot" --shard-bytes 2000000 "${boost[@]}" > /dev/null
 "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny-hot" \
-  --config-name v41-tiny --weight-seed 0 "${boost[@]}" --mode fp8 --n 17 --threads 1 --input-seed 0 --lean \
+  --config-name v41-tiny --weight-seed 0 "${boost[@]}" --mode fp8 --n 17 --threads 1 --input-seed 0 \
   --out "$out/tiny-fp8-n17-hot.h5"

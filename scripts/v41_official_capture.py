@@ -46,7 +46,8 @@ def main() -> int:
     ap.add_argument("--config-name", help="with --checkpoint: the built-in the folder was exported from")
     ap.add_argument("--weight-seed", type=int, help="with --checkpoint: the --weight-seed it was exported with")
     ap.add_argument("--lean", action="store_true",
-                    help="leave sparse_attn's query and output out of a run file (the golden files)")
+                    help="leave sparse_attn's query and output out of a run file "
+                         "(the gate then judges sparse_attn and the output projection by budgets)")
     ap.add_argument("--decode-steps", type=int, default=0,
                     help="after the prefill of N tokens, K teacher-forced decode steps (run files)")
     ap.add_argument("--boost", action="append", default=[],
@@ -388,7 +389,7 @@ def write_run_file(out: Path, t: dict, line: dict, meta: dict, args, official: P
         for l in range(meta["model_args"]["n_layers"]):
             lay.create_group(str(l))
         for k, v in t.items():
-            # sparse_attn's query and output are 60 % of a file: --lean (the golden files) drops them.
+            # sparse_attn's query and output are 60 % of a file: --lean drops them.
             if not k.startswith("layer") or (args.lean and k.endswith(("_attn_q", "_attn_o"))):
                 continue
             head, name = k.split("_", 1)

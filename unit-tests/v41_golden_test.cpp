@@ -168,17 +168,27 @@ namespace {
 
 // The switches of what the release leaves open (docs/v41.md §8.7) are not the official behaviour. Lower
 // index first on equal index scores moves selections the official code makes (ties are common: a
-// score whose heads all relu to 0 is exactly 0), and the gate names the layer.
-TEST(V41Switches, LowestIndexTiesMoveOfficialSelectionsAndTheGateNamesTheLayer) {
+// score whose heads all relu to 0 is exactly 0). Every selection consistent with the score intervals is
+// admissible (docs/sound-bounds.md §13.4), exact ties included: the sound gate passes such an engine, and
+// names the tie, in the first index source (layer 1).
+TEST(V41Switches, LowestIndexTiesMoveOfficialSelectionsWhichTheSoundGateAdmitsAndNames) {
   const Loaded& l = load("tiny-fp8-n40.h5");
   V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
   model.set_options({V41TopkTies::lowest_index, V41IndexScores::bf16});
   const V41Agreement a = v41_agreement(model, l.file);
+  const V41TensorAgreement* topk = nullptr;
+  for (const auto& r : a.rows)
+    if (r.pass == "teacher forced" && r.kind == "topk_idxs (forced x)" && r.equal < r.n && !topk) topk = &r;
+  ASSERT_NE(topk, nullptr) << "the switch moved no selection";
+  EXPECT_EQ(topk->layer, 1);
+  EXPECT_GT(topk->straddled, 0);
+  EXPECT_NE(topk->bound_use_at.find("could trade places"), std::string::npos) << topk->bound_use_at;
   const V41TensorAgreement* f = a.first_failure();
-  ASSERT_NE(f, nullptr);
-  EXPECT_EQ(f->pass, "teacher forced");
-  EXPECT_EQ(f->layer, 1);  // the first index source
-  EXPECT_EQ(f->kind, "attn_idx (forced x)") << f->failure;
+  EXPECT_EQ(f, nullptr) << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
+  // The measured budgets, which count a different selection as a disagreement, fail it at that layer.
+  const V41TensorAgreement* b = v41_agreement(model, l.file, {}, false).first_failure();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->layer, 1);
 }
 
 TEST(V41Switches, LowestIndexTiesTakeTheLowerPositionFirstAndNanAboveEverything) {
@@ -363,10 +373,13 @@ TEST(V41GoldenFiles, EveryFileJudgesEveryCoreKindOverAtLeastOneValue) {
     std::map<std::string, int64_t> seen;
     for (const auto& r : v41_agreement(model, l.file).rows)
       if (r.pass == "teacher forced") seen[r.kind] += r.n;
-    std::vector<std::string> core{"attn_x", "attn_kv (forced x)", "attn_idx (forced x)", "attn_out (forced x)",
-                                  "ffn_out (forced x)", "experts (forced x)", "expert_weights (forced x)",
-                                  "final_collapsed", "final_normed (forced collapsed)", "logits (forced normed)",
-                                  "hash_ids", "in"};
+    // Every golden file is of a bounded regime (bf16 or release) and carries every capture the op-level
+    // forcing needs: each op is judged on the official's own input to it.
+    std::vector<std::string> core{"attn_x", "attn_q (forced x)", "attn_kv window (forced x)",
+                                  "attn_idx (forced selection)", "attn_o (forced q, kv, idx)", "attn_out (forced o)",
+                                  "ffn_x", "ffn_out (forced x)", "experts (forced x)", "expert_weights (forced x)",
+                                  "attn_pre", "attn_post", "ffn_post", "final_collapsed",
+                                  "final_normed (forced collapsed)", "logits (forced normed)", "hash_ids", "in"};
     if (l.file.tokens.size() > 1) core.insert(core.end(), {"out", "ffn_pre"});
     if (l.file.tokens.size() >= 4)
       core.insert(core.end(), {"latent (forced x)", "topk_idxs (forced x)", "compress_kv (forced x)",

@@ -254,7 +254,8 @@ struct Gate {
     const int64_t k = std::min(c.index_topk, T);
     selection(l, "topk_idxs (forced x)", N, T, [&](const std::vector<int32_t>& sel, int64_t t) {
       return judge_row(std::span<const bounds::Interval>(score).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
-                       std::span<const int32_t>(sel).subspan(static_cast<size_t>(t * k), static_cast<size_t>(k)), N);
+                       std::span<const int32_t>(sel).subspan(static_cast<size_t>(t * k), static_cast<size_t>(k)), N,
+                       (t + 1) / lp.ratio);
     }, mine.topk_idxs, o.topk_idxs, k, st);
     if (!lp.candidate_source || o.candidates.empty()) return;
     // The pool: per query the blocks' largest scores, the block holding its last visible group pinned above all.
@@ -293,9 +294,10 @@ struct Gate {
   }
   // A row of a published selection (k entries: index + offset, or -1 for "none") judged by judge_topk over
   // the positions of finite score; a "none" or a chosen position of score -inf is admissible only when every
-  // finite one is chosen. -2 marks a row that is no selection at all. Positions are reported as given.
+  // finite one is chosen, and only below `visible`: a position the query cannot see yet must read -1, as the
+  // release writes it. -2 marks a row that is no selection at all. Positions are reported as given.
   static bounds::TopkJudgement judge_row(std::span<const bounds::Interval> score, std::span<const int32_t> row,
-                                         int64_t offset) {
+                                         int64_t offset, int64_t visible = INT64_MAX) {
     const int64_t n = static_cast<int64_t>(score.size());
     std::vector<int64_t> finite, at(static_cast<size_t>(n), -1), chosen;
     for (int64_t p = 0; p < n; ++p)
@@ -305,7 +307,7 @@ struct Gate {
     for (int32_t e : row) {
       const int64_t p = e - offset;
       if (e == -1) { none = n; continue; }
-      if (e < -1 || p < 0 || p >= n || used[static_cast<size_t>(p)]) return {};  // out of range or twice
+      if (e < -1 || p < 0 || p >= n || p >= visible || used[static_cast<size_t>(p)]) return {};  // unseen or twice
       used[static_cast<size_t>(p)] = 1;
       if (at[static_cast<size_t>(p)] < 0) none = p; else chosen.push_back(at[static_cast<size_t>(p)]);
     }
@@ -334,7 +336,7 @@ struct Gate {
         for (int64_t t = 0; t < N; ++t) {
           const bounds::TopkJudgement j = judge(*sel, t);
           if (!j.admissible && r.outside++ == 0)
-            r.outside_at = j.in < 0 ? fmt::format("{} row {}: {} chose an entry twice, out of range, or not whole blocks",
+            r.outside_at = j.in < 0 ? fmt::format("{} row {}: {} chose an entry twice, out of range or not yet visible, or not whole blocks",
                                                   at, t, side)
                                     : fmt::format("{} row {}: {} chose {} over {} (of {}), whose score is higher for every "
                                                   "admissible value", at, t, side, j.in, j.out, n);
@@ -449,8 +451,8 @@ struct Gate {
   // bounds at slot p % W, the unwritten slots 0) and a ratio > 1 kv source's pending group (the compressor's
   // fp32 wkv and wgate rows of its tokens at slot p % ratio, bounded by §5; score -inf and kv 0 unwritten).
   // Budgets where not bounded.
-  void decode_seed(int64_t l, const LayerPlan& lp, std::span<const double> x, int64_t N, const V41LayerCache& mine,
-                   const V41LayerCache& os, const std::vector<bounds::BoundedValue>& window) {
+  void decode_seed(int64_t l, const LayerPlan& lp, std::span<const double> x, std::span<const double> x_ours, int64_t N,
+                   const V41LayerCache& mine, const V41LayerCache& os, const std::vector<bounds::BoundedValue>& window) {
     const V41Config& c = model.config();
     const int64_t hd = c.head_dim, W = c.window_size;
     if (!bounds || window.size() != static_cast<size_t>(N * hd)) {
@@ -459,26 +461,39 @@ struct Gate {
       values(l, "decode seed score_state", mine.score_state, os.score_state);
       return;
     }
+    // Each side's seed from its own attn_x: ours ran the layer on the official's streams, and its attn_x
+    // may differ from the official's by a legitimate rounding (judged as attn_x).
+    const bool own_x = x_ours.size() == x.size() && !std::equal(x.begin(), x.end(), x_ours.begin());
+    const std::vector<bounds::BoundedValue> window_ours =
+        own_x ? v41_attention_qkv_bounds(model, l, x_ours, N, *bounds).kv : std::vector<bounds::BoundedValue>{};
     const bounds::BoundedValue zero{0, {0, 0}, 0};
-    std::vector<bounds::BoundedValue> ring(static_cast<size_t>(W * hd), zero);
-    for (int64_t p = std::max<int64_t>(0, N - W); p < N; ++p)
-      std::copy_n(window.begin() + p * hd, hd, ring.begin() + (p % W) * hd);
-    bounded(l, "decode seed window", mine.window, os.window, ring, hd);
+    auto ring_of = [&](const std::vector<bounds::BoundedValue>& win) {
+      std::vector<bounds::BoundedValue> ring(static_cast<size_t>(W * hd), zero);
+      for (int64_t p = std::max<int64_t>(0, N - W); p < N && !win.empty(); ++p)
+        std::copy_n(win.begin() + p * hd, hd, ring.begin() + (p % W) * hd);
+      return win.empty() ? std::vector<bounds::BoundedValue>{} : ring;
+    };
+    bounded(l, "decode seed window", mine.window, os.window, ring_of(window), hd, {}, ring_of(window_ours));
     if (lp.ratio <= 1 || os.kv_state.empty()) return;
     const int64_t r = lp.ratio, cut = N - N % r, n = N - cut;
     const V41LayerWeights& w = model.layer_weights(l);
-    std::vector<bounds::Interval> rows(static_cast<size_t>(n * c.dim));
-    for (size_t i = 0; i < rows.size(); ++i) rows[i] = {x[static_cast<size_t>(cut * c.dim) + i], x[static_cast<size_t>(cut * c.dim) + i]};
     const bounds::BoundedValue none{-INFINITY, {-INFINITY, -INFINITY}, -INFINITY};
     for (const auto& [kind, lin, empty, own, theirs] :
          {std::tuple{"decode seed kv_state", &w.compressor_wkv, zero, &mine.kv_state, &os.kv_state},
           std::tuple{"decode seed score_state", &w.compressor_wgate, none, &mine.score_state, &os.score_state}}) {
-      std::vector<bounds::BoundedValue> b(static_cast<size_t>(r * hd), empty);
-      if (n > 0) {
-        const auto y = v41_linear_w_bounds(model, rows, n, *lin, *bounds, 24);
-        std::copy(y.begin(), y.end(), b.begin());
-      }
-      bounded(l, kind, *own, *theirs, b, 0);
+      // The compressor's fp32 rows of the pending group's tokens at slot p % ratio, from a side's attn_x.
+      auto state_of = [&](std::span<const double> xs) {
+        std::vector<bounds::BoundedValue> b(static_cast<size_t>(r * hd), empty);
+        if (n > 0) {
+          std::vector<bounds::Interval> rows(static_cast<size_t>(n * c.dim));
+          const double* from = xs.data() + cut * c.dim;
+          for (size_t i = 0; i < rows.size(); ++i) rows[i] = {from[i], from[i]};
+          const auto y = v41_linear_w_bounds(model, rows, n, *lin, *bounds, 24);
+          std::copy(y.begin(), y.end(), b.begin());
+        }
+        return b;
+      };
+      bounded(l, kind, *own, *theirs, state_of(x), 0, {}, own_x ? state_of(x_ours) : std::vector<bounds::BoundedValue>{});
     }
   }
   // The MoE on the official's ffn_x, each side judged under its own selection (the selections themselves
@@ -597,7 +612,7 @@ void teacher_forced(Gate& g) {
     V41LayerCapture sa;
     const std::vector<double> ao = m.attention(l, o.attn_x, N, forced, sa);
     const std::vector<bounds::BoundedValue> window = g.query_and_window(l, o, N, sa);
-    if (off.decode) g.decode_seed(l, lp, o.attn_x, N, seed, off.decode->seed[static_cast<size_t>(l)], window);
+    if (off.decode) g.decode_seed(l, lp, o.attn_x, ours.attn_x, N, seed, off.decode->seed[static_cast<size_t>(l)], window);
     if (g.bounds)  // the index lists of the official's own selection (itself judged by its bounds)
       g.lists(l, "attn_idx (forced selection)", g.index_lists(lp, o, forced, N), o.attn_idx, {}, 0);
     else

@@ -292,6 +292,9 @@ std::vector<BoundedValue> hc_post_bounds(std::span<const Interval> y, std::span<
 // y[t, d] = Σ_i pre[t, i]·X[t, i, d], hc fp32 products summed in any order, bf16.
 std::vector<Interval> hc_pre_intervals(std::span<const Interval> X, std::span<const double> pre, int64_t N, int64_t hc,
                                        int64_t D, const bounds::BoundModel& model) {
+  if (X.size() != static_cast<size_t>(N * hc * D) || pre.size() != static_cast<size_t>(N * hc))
+    throw InputError(fmt::format("hc collapse bounds: streams {} values, pre {} for [{}, {}, {}]", X.size(), pre.size(), N,
+                                 hc, D));
   std::vector<Interval> y(static_cast<size_t>(N * D));
   for (int64_t t = 0; t < N; ++t)
     for (int64_t d = 0; d < D; ++d) {
