@@ -57,7 +57,10 @@ double gamma(int64_t k, double u) {
 }
 
 double sum_error_bound(int64_t n, double abs_sum, const AccumulationModel& model, bool products_exact) {
-  if (n < 0 || !(abs_sum >= 0)) throw InputError(fmt::format("error bound: n = {}, Σ|x| = {}", n, abs_sum));
+  if (n < 0 || abs_sum < 0) throw InputError(fmt::format("error bound: n = {}, Σ|x| = {}", n, abs_sum));
+  // A NaN or an infinity among the terms bounds nothing: the value it reaches is judged as not a number
+  // (a special value no bound excuses), and every other value the interval holds is admissible.
+  if (!std::isfinite(abs_sum)) return std::numeric_limits<double>::infinity();
   // One exact term is returned as it is by fp32; a narrow accumulator may still round it on entry.
   if (n == 0 || (n == 1 && products_exact && model.kind == AccumulationModel::Kind::fp32)) return 0;
   // Inexact products: each is fp32's product, within u·|p| of it (so their Σ|p̂| ≤ (1 + u)·Σ|p|).

@@ -33,6 +33,7 @@ if [ "$tier" != smoke ]; then
 fi
 cd "$build"
 ctest_rc=0
-ctest --output-on-failure -j "$(nproc)" "${args[@]}" || ctest_rc=$?
+# A per-test timeout: a hang fails its test instead of stalling the whole run.
+ctest --output-on-failure --timeout "${CED_TEST_TIMEOUT:-600}" -j "$(nproc)" "${args[@]}" || ctest_rc=$?
 if [ "$python_rc" -ne 0 ]; then echo "test.sh: the Python tests failed (exit $python_rc)" >&2; fi
 if [ "$python_rc" -ne 0 ] || [ "$ctest_rc" -ne 0 ]; then exit 1; fi

@@ -136,6 +136,14 @@ void qdq_bounds(std::span<Interval> x, int64_t K, const QdqRule& rule, V41Stradd
         s_lo = std::min(s_lo, sc), s_hi = std::max(s_hi, sc);
     }
     int64_t scales = 0, reached = 0;
+    if (!(s_lo > 0) || !std::isfinite(s_hi)) {
+      // An interval without a finite end (a bound that cannot keep a denominator from 0, or a non-finite
+      // input) reaches every value of the format under some scale: admit them all, never loop over them.
+      for (int64_t i = 0; i < rule.block; ++i) v[i] = {-INFINITY, INFINITY};
+      if (straddles)
+        straddles->add(rule.block, 1, fmt::format("{}, block {}: an input interval without finite ends", what, b));
+      continue;
+    }
     for (float sc = s_lo; sc <= s_hi; sc *= 2) ++scales;
     for (int64_t i = 0; i < rule.block; ++i) {
       double lo = INFINITY, hi = -INFINITY;
@@ -176,6 +184,12 @@ void fp4_e4m3_qdq_bounds(std::span<Interval> x, int64_t K, V41Straddles* straddl
     for (int64_t i = 0; i < kFp4KvBlock; ++i) {
       amax_lo = std::max(amax_lo, v[i].lo <= 0 && 0 <= v[i].hi ? 0 : std::min(std::fabs(v[i].lo), std::fabs(v[i].hi)));
       amax_hi = std::max({amax_hi, std::fabs(v[i].lo), std::fabs(v[i].hi)});
+    }
+    if (!std::isfinite(amax_hi)) {  // as in qdq_bounds: every value admissible, no scale to enumerate
+      for (int64_t i = 0; i < kFp4KvBlock; ++i) v[i] = {-INFINITY, INFINITY};
+      if (straddles)
+        straddles->add(kFp4KvBlock, 1, fmt::format("{}, block {}: an input interval without finite ends", what, b));
+      continue;
     }
     const float s_lo = std::min(scale(amax_lo, false), scale(amax_lo, true)), s_hi = std::max(scale(amax_hi, false), scale(amax_hi, true));
     // The e4m3 values from s_lo to s_hi, in code order (positive codes rise with their values).
