@@ -496,10 +496,10 @@ TEST(V41SublayerBounds, TheGatePassesSublayersWrittenOtherWaysAndFailsPlantedOne
   EXPECT_EQ(failed, (std::set<std::pair<int64_t, std::string>>{{lm, "ffn_out (forced x)"}, {lq, "attn_q (forced x)"}}));
 }
 
-// ---- the index scores, the compressor, Engram and the block written other ways (docs/sound-bounds.md
-// §13.4, §14.2-§14.4). Each is fed what the gate feeds its bounds: the official's attn_x, published index
-// keys and candidate pool, streams before Engram and hash ids, and the block's streams, sublayer outputs
-// and captured mixes.
+// ---- the index scores, the compressor, Engram and the block written other ways
+// (docs/sound-bounds.md §13.4, §14.2-§14.4). Each is fed what the gate feeds its bounds: the official's
+// attn_x, published index keys and candidate pool, streams before Engram and hash ids, and the block's
+// streams, sublayer outputs and captured mixes.
 
 namespace {
 
