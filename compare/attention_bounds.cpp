@@ -38,8 +38,13 @@ std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int
   const int64_t blocks = (k + block - 1) / block;
   const double ref = gamma(d + k + 16, kU64);
   std::vector<BoundedValue> out(q.size());
+  // Each query's outputs are its own: queries in parallel, each thread with its own scratch (the same
+  // bits on any thread count).
+#pragma omp parallel if (N * H * k * d > (int64_t{1} << 18))
+  {
   std::vector<int32_t> live;
-  std::vector<double> s, err, p_lo, p_hi;
+  std::vector<double> s, err, p, p_lo, p_hi, acc_num, acc_lo, acc_hi, acc_abs;
+#pragma omp for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
     live.clear();
     for (int64_t i = 0; i < k; ++i)
@@ -71,14 +76,16 @@ std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int
       // (docs/sound-bounds.md §12.1, §12.2).
       const double per_exp = fn * (1 + fn) + 2 * kU32 + 2 * kU32 * sabs;
       const double common = static_cast<double>(blocks + 1) * per_exp + ref;
+      p.assign(n, 0);
       p_lo.assign(n, 0);
       p_hi.assign(n, 0);
       double den = 0, den_lo = 0, den_hi = 0;
       for (size_t j = 0; j < n; ++j) {
-        const double p = std::exp(s[j] - smax), delta = err[j] + 3 * kU32 * std::fabs(s[j]) + common;
-        den += p;
-        p_lo[j] = std::max(0.0, p * std::exp(-delta) * (1 - kBf16) - kTiny);
-        p_hi[j] = p * std::exp(delta) * (1 + kBf16) + kTiny;
+        p[j] = std::exp(s[j] - smax);
+        const double delta = err[j] + 3 * kU32 * std::fabs(s[j]) + common;
+        den += p[j];
+        p_lo[j] = std::max(0.0, p[j] * std::exp(-delta) * (1 - kBf16) - kTiny);
+        p_hi[j] = p[j] * std::exp(delta) * (1 + kBf16) + kTiny;
         den_lo += p_lo[j];
         den_hi += p_hi[j];
       }
@@ -92,16 +99,28 @@ std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int
       const double e_den = sum_error_bound(terms, den_hi, model.accumulation, false);
       den_lo = (den_lo - e_den) * (1 - ref);
       den_hi = (den_hi + e_den) * (1 + ref);
-      for (int64_t c = 0; c < d; ++c) {
-        double num = 0, lo = 0, hi = 0, abs = 0;
-        for (size_t j = 0; j < n; ++j) {
-          const double v = kv[static_cast<size_t>(static_cast<int64_t>(live[j]) * d + c)];
-          num += std::exp(s[j] - smax) * v;
-          const double a = p_lo[j] * v, b = p_hi[j] * v;
-          lo += std::min(a, b);
-          hi += std::max(a, b);
-          abs += p_hi[j] * std::fabs(v);
+      // Key by key over contiguous rows, every channel at once: each term's least and largest product.
+      acc_num.assign(static_cast<size_t>(d), 0);
+      acc_lo.assign(static_cast<size_t>(d), 0);
+      acc_hi.assign(static_cast<size_t>(d), 0);
+      acc_abs.assign(static_cast<size_t>(d), 0);
+      for (size_t j = 0; j < n; ++j) {
+        const double* row = kv.data() + static_cast<int64_t>(live[j]) * d;
+        const double pj = p[j], lo_j = p_lo[j], hi_j = p_hi[j];
+        // Each channel's sums are their own (no reduction across lanes): vector lanes keep every bit.
+#pragma omp simd
+        for (int64_t c = 0; c < d; ++c) {
+          const double v = row[c];
+          acc_num[static_cast<size_t>(c)] += pj * v;
+          const double a = lo_j * v, b = hi_j * v;
+          acc_lo[static_cast<size_t>(c)] += std::min(a, b);
+          acc_hi[static_cast<size_t>(c)] += std::max(a, b);
+          acc_abs[static_cast<size_t>(c)] += hi_j * std::fabs(v);
         }
+      }
+      for (int64_t c = 0; c < d; ++c) {
+        const double num = acc_num[static_cast<size_t>(c)], abs = acc_abs[static_cast<size_t>(c)];
+        double lo = acc_lo[static_cast<size_t>(c)], hi = acc_hi[static_cast<size_t>(c)];
         const double e_num = sum_error_bound(terms, abs, model.accumulation, false) + ref * abs;
         lo -= e_num;
         hi += e_num;
@@ -114,6 +133,7 @@ std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int
       }
     }
   }
+  }  // omp parallel
   return out;
 }
 

@@ -22,6 +22,16 @@ constexpr double kU64 = 0x1p-53;  // f64's, for the reference's own arithmetic
 using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstMap = Eigen::Map<const Matrix>;
 
+// The output columns in chunks of a fixed width, in parallel: each chunk's products are Eigen's on the same
+// shapes whatever the thread count, so the bounds are the same bits on every run and thread count.
+template <typename F>
+void for_column_chunks(int64_t n_out, int64_t work, F f) {
+  constexpr int64_t kChunk = 64;
+  const int64_t chunks = (n_out + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(dynamic) if (work > (int64_t{1} << 20))
+  for (int64_t c = 0; c < chunks; ++c) f(c * kChunk, std::min(kChunk, n_out - c * kChunk));
+}
+
 int max_bits(std::span<const double> v) {
   int b = 0;
   for (double x : v) b = std::max(b, significant_bits(x));
@@ -59,11 +69,12 @@ BoundModel parse_bound_model(const std::string& accumulation, double function_ul
 int significant_bits(double x) {
   if (!std::isfinite(x)) return 64;
   if (x == 0) return 0;
-  int e = 0;
-  const double m = std::frexp(std::fabs(x), &e);  // m in [0.5, 1): its bits are x's significand
-  // The significand as an integer of 53 bits; its trailing zeros are the bits it does not use.
-  const auto q = static_cast<uint64_t>(std::ldexp(m, 53));
-  return 53 - std::countr_zero(q);
+  // The significand as an integer (the implicit bit set for a normal double): the bits it uses run from
+  // its highest set bit to its lowest.
+  const auto bits = std::bit_cast<uint64_t>(x);
+  const uint64_t field = bits & ((uint64_t{1} << 52) - 1), exponent = (bits >> 52) & 0x7ff;
+  const uint64_t q = exponent != 0 ? field | (uint64_t{1} << 52) : field;
+  return (63 - std::countl_zero(q)) - std::countr_zero(q) + 1;
 }
 
 std::vector<BoundedValue> linear_bounds(std::span<const double> x, int64_t M, int64_t K, std::span<const double> w,
@@ -74,17 +85,20 @@ std::vector<BoundedValue> linear_bounds(std::span<const double> x, int64_t M, in
   // fp32 products of significands that fit 24 bits together are exact (bf16 × bf16: 8 + 8).
   const bool exact = max_bits(x) + max_bits(w) <= 24;
   const ConstMap X(x.data(), M, K), W(w.data(), Nout, K);
-  // The value and Σ|x·w| in f64, in Eigen's blocked order: any order is within γ_K(2^-53)·Σ|x·w| (§2).
-  const Matrix value = X * W.transpose();
-  const Matrix abs_sum = X.cwiseAbs() * W.cwiseAbs().transpose();
   const double ref_rel = gamma(K, kU64);
   std::vector<BoundedValue> out(static_cast<size_t>(M * Nout));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t j = 0; j < Nout; ++j) {
-      const double v = value(m, j), a = abs_sum(m, j);
-      const double e = sum_error_bound(K, a, model.accumulation, exact) + ref_rel * a;
-      out[static_cast<size_t>(m * Nout + j)] = bounded_result(v, v - e, v + e, model.scale, out_bits);
-    }
+  for_column_chunks(Nout, M * K * Nout, [&](int64_t j0, int64_t n) {
+    // The value and Σ|x·w| in f64, in Eigen's blocked order: any order is within γ_K(2^-53)·Σ|x·w| (§2).
+    const auto Wc = W.middleRows(j0, n);
+    const Matrix value = X * Wc.transpose();
+    const Matrix abs_sum = X.cwiseAbs() * Wc.cwiseAbs().transpose();
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < n; ++j) {
+        const double v = value(m, j), a = abs_sum(m, j);
+        const double e = sum_error_bound(K, a, model.accumulation, exact) + ref_rel * a;
+        out[static_cast<size_t>(m * Nout + j0 + j)] = bounded_result(v, v - e, v + e, model.scale, out_bits);
+      }
+  });
   return out;
 }
 
@@ -95,20 +109,29 @@ std::vector<BoundedValue> linear_bounds(std::span<const double> x_lo, std::span<
     throw InputError(fmt::format("linear bounds: x has {} and {} values for [{}, {}], w {} for [{}, {}]", x_lo.size(),
                                  x_hi.size(), M, K, w.size(), Nout, K));
   const bool exact = std::max(max_bits(x_lo), max_bits(x_hi)) + max_bits(w) <= 24;
+  // Points: the point form's two products instead of five.
+  if (std::equal(x_lo.begin(), x_lo.end(), x_hi.begin())) return linear_bounds(x_lo, M, K, w, Nout, model, out_bits);
+  // Each input as its centre and a radius rounded outward, so [c − r, c + r] holds [lo, hi]: a term's
+  // least and largest values are c·w ∓ r·|w|, and the sums C·W ∓ R·|W| (three products, not five).
   const ConstMap L(x_lo.data(), M, K), H(x_hi.data(), M, K), W(w.data(), Nout, K);
-  const Matrix Wp = W.cwiseMax(0.0).transpose(), Wn = W.cwiseMin(0.0).transpose();
-  // Each term's least and largest value: x_lo·w⁺ + x_hi·w⁻ and x_hi·w⁺ + x_lo·w⁻ (one of each pair is 0).
-  const Matrix low = L * Wp + H * Wn, high = H * Wp + L * Wn;
-  const Matrix abs_sum = L.cwiseAbs().cwiseMax(H.cwiseAbs()) * W.cwiseAbs().transpose();
-  const double ref_rel = gamma(K, kU64);
+  const Matrix C = (L + H) * 0.5;
+  const Matrix R = (H - C).cwiseMax(C - L) * (1 + 0x1p-51);
+  const Matrix Ca = C.cwiseAbs();
+  const double ref_rel = gamma(K + 2, kU64);  // the products' sums, then mid − r and − e
   std::vector<BoundedValue> out(static_cast<size_t>(M * Nout));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t j = 0; j < Nout; ++j) {
-      const double a = abs_sum(m, j), e = sum_error_bound(K, a, model.accumulation, exact) + ref_rel * a;
-      const double mid = (low(m, j) + high(m, j)) / 2;
-      // The midpoint's deviations to each end, scaled by `scale` with the error bound.
-      out[static_cast<size_t>(m * Nout + j)] = bounded_result(mid, low(m, j) - e, high(m, j) + e, model.scale, out_bits);
-    }
+  for_column_chunks(Nout, M * K * Nout, [&](int64_t j0, int64_t n) {
+    const auto Wc = W.middleRows(j0, n);
+    const Matrix Wa = Wc.cwiseAbs().transpose();
+    const Matrix centre = C * Wc.transpose(), radius = R * Wa, centre_abs = Ca * Wa;
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < n; ++j) {
+        // Σ(|c| + r)·|w| ≥ Σ max(|lo|, |hi|)·|w|: the fp32 sum's bound and the reference's own rounding.
+        const double r = radius(m, j), a = centre_abs(m, j) + r;
+        const double e = sum_error_bound(K, a, model.accumulation, exact) + ref_rel * a;
+        const double mid = centre(m, j);
+        out[static_cast<size_t>(m * Nout + j0 + j)] = bounded_result(mid, mid - r - e, mid + r + e, model.scale, out_bits);
+      }
+  });
   return out;
 }
 

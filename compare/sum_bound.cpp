@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 
@@ -16,22 +18,24 @@ constexpr double kU32 = 0x1p-24;  // fp32's unit roundoff, round to nearest
 
 // The spacing of a format of `bits` significant bits at |x| (fp32's exponent range: below 2^-126 the
 // subnormal spacing), so that round_down/round_up land on the format's grid.
+// Read off the exponent field (frexp's e for a normal double: |x| in [2^(e-1), 2^e)); a subnormal double or 0
+// lies below 2^-126 and takes the clamp. Both the spacing and its inverse are powers of two, built exactly.
+double pow2(int64_t k) { return std::bit_cast<double>(static_cast<uint64_t>(k + 1023) << 52); }
 double spacing(double x, int bits) {
-  int e = 0;
-  std::frexp(std::fabs(x), &e);
-  return std::ldexp(1.0, std::max(e, -125) - bits);
+  const int64_t e = static_cast<int64_t>((std::bit_cast<uint64_t>(x) >> 52) & 0x7ff) - 1022;
+  return pow2(std::max<int64_t>(e, -125) - bits);
 }
 
 double round_down(double x, int bits) {
   if (!std::isfinite(x)) return x;
   const double s = spacing(x, bits);
-  return std::floor(x / s) * s;
+  return std::floor(x * (1 / s)) * s;
 }
 
 double round_up(double x, int bits) {
   if (!std::isfinite(x)) return x;
   const double s = spacing(x, bits);
-  return std::ceil(x / s) * s;
+  return std::ceil(x * (1 / s)) * s;
 }
 
 }  // namespace

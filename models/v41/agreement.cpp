@@ -250,27 +250,36 @@ struct Gate {
       return;
     }
     V41Straddles st;
-    const std::vector<bounds::Interval> score =
-        v41_index_score_bounds(model, l, o.attn_x, N, keys, masked ? std::span<const uint8_t>(before.candidates)
-                                                                   : std::span<const uint8_t>(), *bounds, &st);
+    const std::span<const uint8_t> pool = masked ? std::span<const uint8_t>(before.candidates) : std::span<const uint8_t>();
+    const std::vector<bounds::Interval> score = v41_index_score_bounds(model, l, o.attn_x, N, keys, pool, *bounds, &st);
+    // Each side's selection against the scores of the keys it read: an index source scores with its own
+    // keys, and ours may differ from the official's by a legitimate rounding (judged as index_k).
+    const bool own_keys = lp.owns_index_k && mine.index_k.size() == keys.size() && mine.index_k != keys;
+    const std::vector<bounds::Interval> score_ours =
+        own_keys ? v41_index_score_bounds(model, l, o.attn_x, N, mine.index_k, pool, *bounds) : score;
     const int64_t k = std::min(c.index_topk, T);
-    selection(l, "topk_idxs (forced x)", N, T, [&](const std::vector<int32_t>& sel, int64_t t) {
-      return judge_row(std::span<const bounds::Interval>(score).subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
+    selection(l, "topk_idxs (forced x)", N, T, [&](const std::vector<int32_t>& sel, int64_t t, bool official_side) {
+      return judge_row(std::span<const bounds::Interval>(official_side ? score : score_ours)
+                           .subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
                        std::span<const int32_t>(sel).subspan(static_cast<size_t>(t * k), static_cast<size_t>(k)), N,
                        (t + 1) / lp.ratio);
     }, mine.topk_idxs, o.topk_idxs, k, st);
     if (!lp.candidate_source || o.candidates.empty()) return;
     // The pool: per query the blocks' largest scores, the block holding its last visible group pinned above all.
     const int64_t B = c.candidate_block_size, nb = (T + B - 1) / B, kb = std::min(c.candidate_topk_blocks, nb);
-    std::vector<bounds::Interval> blocks(static_cast<size_t>(N * nb), bounds::Interval{-INFINITY, -INFINITY});
-    for (int64_t t = 0; t < N; ++t) {
-      bounds::Interval* row = blocks.data() + t * nb;
-      for (int64_t j = 0; j < T; ++j) {
-        const bounds::Interval v = score[static_cast<size_t>(t * T + j)];
-        row[j / B] = {std::max(row[j / B].lo, v.lo), std::max(row[j / B].hi, v.hi)};
+    auto blocks_of = [&](const std::vector<bounds::Interval>& sc) {
+      std::vector<bounds::Interval> blocks(static_cast<size_t>(N * nb), bounds::Interval{-INFINITY, -INFINITY});
+      for (int64_t t = 0; t < N; ++t) {
+        bounds::Interval* row = blocks.data() + t * nb;
+        for (int64_t j = 0; j < T; ++j) {
+          const bounds::Interval v = sc[static_cast<size_t>(t * T + j)];
+          row[j / B] = {std::max(row[j / B].lo, v.lo), std::max(row[j / B].hi, v.hi)};
+        }
+        if (const int64_t visible = (t + 1) / lp.ratio; visible > 0) row[(visible - 1) / B] = {INFINITY, INFINITY};
       }
-      if (const int64_t visible = (t + 1) / lp.ratio; visible > 0) row[(visible - 1) / B] = {INFINITY, INFINITY};
-    }
+      return blocks;
+    };
+    const std::vector<bounds::Interval> blocks = blocks_of(score), blocks_ours = own_keys ? blocks_of(score_ours) : blocks;
     // A mask [N, T] as the kept blocks of each row, -1 where a block is kept in part only (no pool's).
     auto kept = [&](const std::vector<uint8_t>& mask) {
       std::vector<int32_t> out(static_cast<size_t>(N * kb), -1);
@@ -289,8 +298,9 @@ struct Gate {
       }
       return out;
     };
-    selection(l, "candidates (forced x)", N, nb, [&](const std::vector<int32_t>& sel, int64_t t) {
-      return judge_row(std::span<const bounds::Interval>(blocks).subspan(static_cast<size_t>(t * nb), static_cast<size_t>(nb)),
+    selection(l, "candidates (forced x)", N, nb, [&](const std::vector<int32_t>& sel, int64_t t, bool official_side) {
+      return judge_row(std::span<const bounds::Interval>(official_side ? blocks : blocks_ours)
+                           .subspan(static_cast<size_t>(t * nb), static_cast<size_t>(nb)),
                        std::span<const int32_t>(sel).subspan(static_cast<size_t>(t * kb), static_cast<size_t>(kb)), 0);
     }, kept(mine.candidates), kept(o.candidates), kb, {});
   }
@@ -336,7 +346,7 @@ struct Gate {
     if (official.size() == static_cast<size_t>(N * k) && ours.size() == official.size())
       for (const auto& [side, sel] : {std::pair{"official", &official}, std::pair{"ours", &ours}})
         for (int64_t t = 0; t < N; ++t) {
-          const bounds::TopkJudgement j = judge(*sel, t);
+          const bounds::TopkJudgement j = judge(*sel, t, side == std::string("official"));
           if (!j.admissible && r.outside++ == 0)
             r.outside_at = j.in < 0 ? fmt::format("{} row {}: {} chose an entry twice, out of range or not yet visible, or not whole blocks",
                                                   at, t, side)
