@@ -1287,3 +1287,45 @@ TEST(V41ActQdqBounds, RowsNotOfWholeBlocksAreRefused) {
   EXPECT_THROW(v41_act_qdq_bounds(v, 16), ced::InputError);  // under one block
   EXPECT_NO_THROW(v41_act_qdq_bounds(v, 96));
 }
+
+// What v41_bounds_power plants on: the gate's teacher-forced pass with each judgement by bounds recorded
+// holds every kind the gate judges by bounds, our values inside the intervals they were judged against
+// and our selections admissible, and its rows are the full gate's teacher-forced rows.
+TEST(V41BoundsTrace, TheTracedPassRecordsEveryBoundsKindWithOurSideInsideAsTheGateJudgedIt) {
+  const Loaded ld = load("tiny-fp8-n17.h5");
+  const V41Model m(ld.checkpoint.config, ld.checkpoint.weights, ld.file.regime);
+  std::vector<V41BoundsRecord> trace;
+  const V41Agreement traced = v41_teacher_forced_traced(m, ld.file, {}, trace);
+  ASSERT_EQ(traced.first_failure(), nullptr);
+  std::set<std::string> kinds;
+  for (const V41BoundsRecord& r : trace) {
+    kinds.insert(r.kind);
+    if (r.selection()) {
+      ASSERT_EQ(r.chosen.size(), static_cast<size_t>(r.rows * r.k)) << r.kind;
+      for (int64_t t = 0; t < r.rows; ++t) EXPECT_TRUE(r.judge_row(r.chosen, t).admissible) << r.kind << " row " << t;
+      continue;
+    }
+    ASSERT_EQ(r.ours.size(), r.admissible.size()) << r.kind;
+    EXPECT_EQ(judge_within(r.ours, r.admissible).outside, 0) << r.kind << " layer " << r.layer;
+    std::vector<double> doubled = r.ours;  // the recorded intervals have teeth
+    for (double& v : doubled) v = v == 0 ? 1 : 2 * v;
+    EXPECT_GT(judge_within(doubled, r.admissible).outside, 0) << r.kind << " layer " << r.layer;
+  }
+  for (const char* k : {"in", "attn_x", "attn_q (forced x)", "attn_kv window (forced x)", "attn_o (forced q, kv, idx)",
+                        "attn_out (forced o)", "latent (forced x)", "compress_kv (forced x)", "index_k (forced x)",
+                        "topk_idxs (forced x)", "candidates (forced x)", "experts (forced x)", "expert_weights (forced x)",
+                        "ffn_out (forced x)", "attn_pre", "attn_post", "ffn_x", "ffn_pre", "ffn_post", "out",
+                        "final_collapsed", "final_normed (forced collapsed)", "logits (forced normed)"})
+    EXPECT_TRUE(kinds.count(k)) << k;
+  const V41Agreement full = v41_agreement(m, ld.file);
+  size_t matched = 0;
+  for (const V41TensorAgreement& t : traced.rows)
+    for (const V41TensorAgreement& f : full.rows)
+      if (f.pass == t.pass && f.layer == t.layer && f.kind == t.kind) {
+        EXPECT_EQ(f.n, t.n) << t.kind;
+        EXPECT_EQ(f.equal, t.equal) << t.kind;
+        EXPECT_EQ(f.outside, t.outside) << t.kind;
+        ++matched;
+      }
+  EXPECT_EQ(matched, traced.rows.size());
+}

@@ -178,6 +178,7 @@ struct Gate {
   const bounds::BoundModel* bounds = nullptr;
 
   std::string step;  // ", step S" in the decode passes, whose rows gather every step's comparison
+  std::vector<V41BoundsRecord>* trace = nullptr;  // every judgement by bounds, for v41_teacher_forced_traced
 
   V41TensorAgreement& row(int64_t layer, const std::string& kind) { return out.rows[index_of(layer, kind)]; }
   size_t index_of(int64_t layer, const std::string& kind) {
@@ -210,6 +211,15 @@ struct Gate {
     v41_compare_values(r, ours, official, at, row_len);
     v41_compare_bounds(r, ours, official, admissible_ours.empty() ? admissible : admissible_ours, admissible,
                        bounds->name(), at);
+    if (trace) {
+      V41BoundsRecord& rec = trace->emplace_back();
+      rec.layer = layer;
+      rec.kind = kind;
+      rec.row_len = row_len;
+      rec.ours.assign(ours.begin(), ours.end());
+      const auto a = admissible_ours.empty() ? admissible : admissible_ours;
+      rec.admissible.assign(a.begin(), a.end());
+    }
     // Why a difference may be allowed: the first quantizer whose input interval reached two results.
     if (straddles.values > 0 || straddles.scales > 0)
       r.notes.push_back(fmt::format("{} {}: {} quantized values and {} block scales admissible both ways; first: {}",
@@ -258,12 +268,13 @@ struct Gate {
     const std::vector<bounds::Interval> score_ours =
         own_keys ? v41_index_score_bounds(model, l, o.attn_x, N, mine.index_k, pool, *bounds) : score;
     const int64_t k = std::min(c.index_topk, T);
-    selection(l, "topk_idxs (forced x)", N, T, [&](const std::vector<int32_t>& sel, int64_t t, bool official_side) {
+    selection(l, "topk_idxs (forced x)", N, T,
+              [score, score_ours, T, k, N, ratio = lp.ratio](const std::vector<int32_t>& sel, int64_t t, bool official_side) {
       return judge_row(std::span<const bounds::Interval>(official_side ? score : score_ours)
                            .subspan(static_cast<size_t>(t * T), static_cast<size_t>(T)),
                        std::span<const int32_t>(sel).subspan(static_cast<size_t>(t * k), static_cast<size_t>(k)), N,
-                       (t + 1) / lp.ratio);
-    }, mine.topk_idxs, o.topk_idxs, k, st);
+                       (t + 1) / ratio);
+    }, mine.topk_idxs, o.topk_idxs, k, st, score_ours, N);
     if (!lp.candidate_source || o.candidates.empty()) return;
     // The pool: per query the blocks' largest scores, the block holding its last visible group pinned above all.
     const int64_t B = c.candidate_block_size, nb = (T + B - 1) / B, kb = std::min(c.candidate_topk_blocks, nb);
@@ -298,11 +309,12 @@ struct Gate {
       }
       return out;
     };
-    selection(l, "candidates (forced x)", N, nb, [&](const std::vector<int32_t>& sel, int64_t t, bool official_side) {
+    selection(l, "candidates (forced x)", N, nb,
+              [blocks, blocks_ours, nb, kb](const std::vector<int32_t>& sel, int64_t t, bool official_side) {
       return judge_row(std::span<const bounds::Interval>(official_side ? blocks : blocks_ours)
                            .subspan(static_cast<size_t>(t * nb), static_cast<size_t>(nb)),
                        std::span<const int32_t>(sel).subspan(static_cast<size_t>(t * kb), static_cast<size_t>(kb)), 0);
-    }, kept(mine.candidates), kept(o.candidates), kb, {});
+    }, kept(mine.candidates), kept(o.candidates), kb, {}, blocks_ours, 0);
   }
   // A row of a published selection (k entries: index + offset, or -1 for "none") judged by judge_topk over
   // the positions of finite score; a "none" or a chosen position of score -inf is admissible only when every
@@ -335,9 +347,11 @@ struct Gate {
     if (j.out >= 0) j.out = finite[static_cast<size_t>(j.out)] + offset;
     return j;
   }
+  // The judge owns what it reads (a traced gate keeps it). scores [N, n] and offset: for the trace.
   template <typename Judge>
   void selection(int64_t l, const std::string& kind, int64_t N, int64_t n, Judge judge, const std::vector<int32_t>& ours,
-                 const std::vector<int32_t>& official, int64_t k, const V41Straddles& st) {
+                 const std::vector<int32_t>& official, int64_t k, const V41Straddles& st,
+                 std::span<const bounds::Interval> scores, int64_t offset) {
     V41TensorAgreement& r = row(l, kind);
     const std::string at = fmt::format("layer {}{}", l, step);
     const std::vector<int64_t> a(ours.begin(), ours.end()), b(official.begin(), official.end());
@@ -359,6 +373,11 @@ struct Gate {
       r.notes.push_back(fmt::format("{} {}: {} quantized values and {} block scales admissible both ways; first: {}", kind,
                                     at, st.values, st.scales, st.first));
     v41_judge(r);
+    if (trace && ours.size() == static_cast<size_t>(N * k))
+      trace->push_back({l, kind, 0, {}, {}, N, k, offset, a, {scores.begin(), scores.end()},
+                        [judge](std::span<const int64_t> sel, int64_t t) {
+                          return judge(std::vector<int32_t>(sel.begin(), sel.end()), t, false);  // our side's
+                        }});
   }
   // sparse_attn's index lists [N, k] a layer builds from a selection: the window's positions of a prefill
   // from 0, then the compressed part: the official's own selection where the layer owns the indexer, else
@@ -564,13 +583,40 @@ struct Gate {
       const size_t e = index_of(l, prefix + "experts (forced x)");
       const size_t w = o.expert_weights.empty() ? e : index_of(l, prefix + "expert_weights (forced x)");
       if (v41_judge_router(model, l, ffn_x, N, mine, ours.expert_weights, theirs, o.expert_weights, *bounds,
-                           fmt::format("layer {}{}", l, step), out.rows[e], o.expert_weights.empty() ? nullptr : &out.rows[w]))
+                           fmt::format("layer {}{}", l, step), out.rows[e], o.expert_weights.empty() ? nullptr : &out.rows[w])) {
+        if (trace) trace_router(l, prefix, ffn_x, N, mine, ours.expert_weights);
         return;
+      }
       out.rows.erase(out.rows.begin() + static_cast<std::ptrdiff_t>(std::max(e, w)));  // not covered: budgets judge
       if (w != e) out.rows.erase(out.rows.begin() + static_cast<std::ptrdiff_t>(std::min(e, w)));
     }
     lists(l, prefix + "experts (forced x)", ours.experts, o.experts, {}, 0, N);
     if (!o.expert_weights.empty()) values(l, prefix + "expert_weights (forced x)", ours.expert_weights, o.expert_weights);
+  }
+  // The router's judgements of our side, as v41_judge_router makes them: the selection's rows against the
+  // biased scores, the route weights against their intervals under our selection.
+  void trace_router(int64_t l, const std::string& prefix, std::span<const double> ffn_x, int64_t N,
+                    const std::vector<int64_t>& mine, std::span<const double> weights) {
+    const V41Config& c = model.config();
+    const auto rb = v41_router_bounds(c, ffn_x, N, model.gate_weight(l), model.gate_bias(l), *bounds);
+    const int64_t K = c.n_activated_experts, E = c.n_routed_experts;
+    if (!rb || mine.size() != static_cast<size_t>(N * K)) return;
+    trace->push_back({l, prefix + "experts (forced x)", 0, {}, {}, N, K, 0, mine, rb->biased,
+                      [biased = rb->biased, K, E](std::span<const int64_t> sel, int64_t t) {
+                        return bounds::judge_topk(std::span<const bounds::Interval>(biased).subspan(static_cast<size_t>(t * E), static_cast<size_t>(E)),
+                                                  sel.subspan(static_cast<size_t>(t * K), static_cast<size_t>(K)));
+                      }});
+    if (weights.size() != mine.size()) return;
+    V41BoundsRecord& w = trace->emplace_back();
+    w.layer = l;
+    w.kind = prefix + "expert_weights (forced x)";
+    w.ours.assign(weights.begin(), weights.end());
+    for (int64_t t = 0; t < N; ++t)
+      for (const bounds::Interval& iv :
+           v41_route_weight_bounds(c, *rb, t, std::span<const int64_t>(mine).subspan(static_cast<size_t>(t * K), static_cast<size_t>(K)), *bounds)) {
+        const double mid = (iv.lo + iv.hi) / 2;
+        w.admissible.push_back({mid, iv, bounds::rounded_nearest(mid, mid, 24).lo});
+      }
   }
   // rows: of both lists (0: the prefill's N).
   template <class A, class B>
@@ -962,6 +1008,17 @@ V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, co
     decode_teacher_forced(g);
     decode_end_to_end(g);
   }
+  return std::move(g.out);
+}
+
+V41Agreement v41_teacher_forced_traced(const V41Model& model, const V41RunFile& official, const bounds::BoundModel& bounds,
+                                       std::vector<V41BoundsRecord>& trace) {
+  if (model.regime() != official.regime || official.regime == V41Regime::f64)
+    throw InputError("v41 gate: a traced pass needs the run file's regime, bf16 or release (f64 is judged by budgets)");
+  if (static_cast<int64_t>(official.result.layers.size()) != model.config().n_layers)
+    throw InputError("v41 gate: the run file's layers are not the model's");
+  Gate g{model, official, v41_checkpoint_hashing(model.config()), {}, "", &bounds, "", &trace};
+  teacher_forced(g);
   return std::move(g.out);
 }
 

@@ -5,6 +5,7 @@
 // to end; every tensor kind judged against a budget whose reason is one of the measured causes of
 // §9.4. A planted bug (V41Fault) fails at its layer.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -60,6 +61,29 @@ struct V41Agreement {
 // use_bounds false judges every kind by its measured budget (the gate before the bounds, for comparison).
 V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, const bounds::BoundModel& bounds = {},
                            bool use_bounds = true);
+
+// One judgement of our side by derived bounds, as the gate made it: what a driver that plants perturbations
+// on our side and judges them again reads (v41_bounds_power, docs/sound-bounds.md §10).
+struct V41BoundsRecord {
+  int64_t layer = -1;
+  std::string kind;
+  int64_t row_len = 0;                           // as compared: dim, head_dim, ... (0: the row is the tensor's)
+  std::vector<double> ours;                      // a value kind: what our side reported
+  std::vector<bounds::BoundedValue> admissible;  // and the intervals it was judged against
+  // A selection kind (topk_idxs, candidates, experts): our rows [rows, k] (entries offset by `offset`, -1
+  // none), each row's score intervals [rows, n], and the gate's verdict on one row of a selection.
+  int64_t rows = 0, k = 0, offset = 0;
+  std::vector<int64_t> chosen;
+  std::vector<bounds::Interval> scores;
+  std::function<bounds::TopkJudgement(std::span<const int64_t> selection, int64_t row)> judge_row;
+  bool selection() const { return static_cast<bool>(judge_row); }
+};
+
+// The gate's teacher-forced pass alone (under `bounds`, in the bf16 and release regimes), every judgement
+// by derived bounds recorded in `trace` in the gate's order: each value kind with our values and their
+// intervals, each selection with our rows and the judge of one row.
+V41Agreement v41_teacher_forced_traced(const V41Model& model, const V41RunFile& official, const bounds::BoundModel& bounds,
+                                       std::vector<V41BoundsRecord>& trace);
 
 // Fills a row's bound fields: each of `ours` and `official` against its admissible interval (the
 // official's judged first; `at` places the element).
