@@ -32,12 +32,13 @@ def test_the_reference_through_the_protocol_passes_every_golden_file_of_its_regi
 
 # The ports' real bugs (docs/v41.md §12.5), each first failing at the layer and tensor the C++ gate names.
 CONTROLS = [
-    ("v4-q-norm", "tiny-fp8-n17.h5", 0, "attn_out (forced x)"),
-    ("one-rope-theta", "tiny-fp8-n17.h5", 1, "attn_kv (forced x)"),
+    # the query's norm and its rotation fail at the query, now that the golden files carry it
+    ("v4-q-norm", "tiny-fp8-n17.h5", 0, "attn_q (forced x)"),
+    ("one-rope-theta", "tiny-fp8-n17.h5", 1, "attn_q (forced x)"),
     ("unrotated-compressed-keys", "tiny-fp8-n17.h5", 1, "attn_kv (forced x)"),
     ("unclamped-shared-expert", "tiny-fp8-n17-hot.h5", 0, "ffn_out (forced x)"),
     ("mhc-same-sublayer", "tiny-fp8-n17.h5", 0, "attn_x"),
-    ("v4-q-norm", "wide-bf16-n33.h5", 0, "attn_out (forced x)"),
+    ("v4-q-norm", "wide-bf16-n33.h5", 0, "attn_q (forced x)"),
 ]
 
 
@@ -208,7 +209,7 @@ def test_ced_gate_and_ced_check_judge_a_v41_engine_as_the_v41_package_does(check
     import ced
     rep = ced.gate(v41.ReferenceEngine(fault="v4-q-norm"), str(golden("tiny-fp8-n5.h5")), quiet=True)
     assert isinstance(rep, v41.GateReport) and (rep.first_failure.layer, rep.first_failure.kind) == \
-        (0, "attn_out (forced x)")
+        (0, "attn_q (forced x)")
     assert ced.check(v41.ReferenceEngine(fault="ced-ring-slot-of-row"), quiet=True).failures
 
 

@@ -61,8 +61,8 @@ def test_a_planted_bug_fails_the_gate_with_layer_tensor_and_position(port, tmp_p
     r = port.runpytest("--ced-engine", "myport:make_buggy", "--ced-checkpoints", str(tmp_path), "-q",
                        "-k", "test_gate and tiny-fp8-n17.h5", "-p", "no:cacheprovider")
     r.assert_outcomes(failed=1)
-    r.stdout.fnmatch_lines(["*tiny-fp8-n17.h5: teacher forced, layer 0, attn_out (forced x):*at layer 0 position *, "
-                            "column *: ours * official *"])
+    r.stdout.fnmatch_lines(["*tiny-fp8-n17.h5: teacher forced, layer 0, attn_q (forced x):*at layer 0 position *, "
+                            "index *: ours * official *"])
 
 
 def test_a_planted_replay_bug_fails_its_property_test(port, tmp_path):

@@ -31,7 +31,7 @@ def test_a_failing_gate_reproduces_from_its_recording_without_the_engine(tmp_pat
     assert index["name"].startswith("v41-reference") and index["calls"][0]["method"] == "load"
     again = v41.gate(v41.replay(tmp_path / "rec"), FILES, checkpoints=checkpoints, quiet=True)
     assert verdicts(again) == verdicts(live)
-    assert (again.first_failure.layer, again.first_failure.kind) == (0, "attn_out (forced x)")
+    assert (again.first_failure.layer, again.first_failure.kind) == (0, "attn_q (forced x)")
 
 
 def test_a_replay_answers_a_clean_engine_as_recorded_and_refuses_what_was_not(tmp_path, checkpoints):
