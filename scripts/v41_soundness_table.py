@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
             c["bounded"] += 1
             c["bounded_fail"] += r["verdict"] == "FAIL"
             m = re.match(r"([0-9.e+-]+) of an interval used", r["detail"])
-            if m and not r["kind"].startswith(("final_normed", "decode final_normed")):
+            if m and r["kind"].startswith(("logits (forced", "decode logits (forced")):  # the fp32 head's
                 c["use"] = max(c["use"], float(m.group(1)))
         elif r["judged_by"] == "budget":
             c["budget"] += 1
