@@ -107,8 +107,6 @@ std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int
       for (size_t j = 0; j < n; ++j) {
         const double* row = kv.data() + static_cast<int64_t>(live[j]) * d;
         const double pj = p[j], lo_j = p_lo[j], hi_j = p_hi[j];
-        // Each channel's sums are their own (no reduction across lanes): vector lanes keep every bit.
-#pragma omp simd
         for (int64_t c = 0; c < d; ++c) {
           const double v = row[c];
           acc_num[static_cast<size_t>(c)] += pj * v;

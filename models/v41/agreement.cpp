@@ -520,13 +520,16 @@ struct Gate {
          {std::tuple{"decode seed kv_state", &w.compressor_wkv, zero, &mine.kv_state, &os.kv_state},
           std::tuple{"decode seed score_state", &w.compressor_wgate, none, &mine.score_state, &os.score_state}}) {
       // The compressor's fp32 rows of the pending group's tokens at slot p % ratio, from a side's attn_x.
+      // (Plain locals: clang 14 cannot capture structured bindings.)
+      const V41Linear& weight = *lin;
+      const bounds::BoundedValue unwritten = empty;
       auto state_of = [&](std::span<const double> xs) {
-        std::vector<bounds::BoundedValue> b(static_cast<size_t>(r * hd), empty);
+        std::vector<bounds::BoundedValue> b(static_cast<size_t>(r * hd), unwritten);
         if (n > 0) {
           std::vector<bounds::Interval> rows(static_cast<size_t>(n * c.dim));
           const double* from = xs.data() + cut * c.dim;
           for (size_t i = 0; i < rows.size(); ++i) rows[i] = {from[i], from[i]};
-          const auto y = v41_linear_w_bounds(model, rows, n, *lin, *bounds, 24);
+          const auto y = v41_linear_w_bounds(model, rows, n, weight, *bounds, 24);
           std::copy(y.begin(), y.end(), b.begin());
         }
         return b;
