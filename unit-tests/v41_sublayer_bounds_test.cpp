@@ -239,6 +239,19 @@ struct Tally {
 };
 using Tallies = std::map<std::string, Tally>;  // by op: "ffn_out", "attn_out", "attn_q", "attn_kv window", "attn_x"
 
+// The files the other-ways tests run on: every tiny one and one wide (each wide file costs seconds a layer).
+bool tiny_or_wide_fp8_n33(const fs::path& p) {
+  return p.filename().string().starts_with("tiny") || p.filename() == "wide-fp8-n33.h5";
+}
+
+// No value of any op in `ops` outside its bounds; each op's count recorded in the test's report.
+void expect_none_outside(Tallies& t, const std::set<std::string>& ops) {
+  for (const std::string& op : ops) {
+    EXPECT_EQ(t[op].outside, 0) << op << ": first at " << t[op].first;
+    ::testing::Test::RecordProperty(op, std::to_string(t[op].judged));
+  }
+}
+
 // Every implementation of the ops in `ops` on the first `layers` layers of one golden file under `model`'s
 // bounds. An op whose tally already has an outside and `stop_at_outside` is skipped (the teeth need one).
 void judge_file(const V41RunFile& f, const V41Model& m, const std::string& name, const BoundModel& model,
@@ -303,12 +316,9 @@ TEST(V41SublayerBounds, OtherLegitimateSublayersFedTheOfficialsInputsPassOnEvery
       [&](const fs::path& p, const V41RunFile& f, const V41Model& m) {
         judge_file(f, m, p.filename().string(), {}, kOps, false, p.filename().string().starts_with("wide") ? 2 : 99, t);
       },
-      [](const fs::path& p) { return p.filename().string().starts_with("tiny") || p.filename() == "wide-fp8-n33.h5"; });
+      tiny_or_wide_fp8_n33);
   EXPECT_EQ(files, 12);
-  for (const std::string& op : kOps) {
-    EXPECT_EQ(t[op].outside, 0) << op << ": first at " << t[op].first;
-    RecordProperty(op, std::to_string(t[op].judged));
-  }
+  expect_none_outside(t, kOps);
   // 3 MoEs (2 ways and the reference), 3 output projections, 2 each of the query, window KV and attn_x.
   EXPECT_GT(t["ffn_out"].judged, 500'000);
   EXPECT_GT(t["attn_out"].judged, 300'000);
@@ -1044,12 +1054,9 @@ TEST(V41SourceAndBlockBounds, OtherLegitimateIndexScoresCompressorsEngramsAndBlo
       [&](const fs::path& p, const V41RunFile& f, const V41Model& m) {
         judge_file_sources_and_block(f, m, p.filename().string(), {}, kSourceAndBlockOps, false, 99, t);
       },
-      [](const fs::path& p) { return p.filename().string().starts_with("tiny") || p.filename() == "wide-fp8-n33.h5"; });
+      tiny_or_wide_fp8_n33);
   EXPECT_EQ(files, 12);
-  for (const std::string& op : kSourceAndBlockOps) {
-    EXPECT_EQ(t[op].outside, 0) << op << ": first at " << t[op].first;
-    RecordProperty(op, std::to_string(t[op].judged));
-  }
+  expect_none_outside(t, kSourceAndBlockOps);
   // 3 index scores (the reference and 2 ways), 4 compressors and Engrams and block chains (the official's
   // captures too; its streams between the sublayers are not captured).
   EXPECT_GT(t["index scores"].judged, 40'000);

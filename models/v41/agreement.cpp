@@ -405,12 +405,9 @@ struct Gate {
              const std::string& prefix = "") {
     const V41Config& c = model.config();
     const bool last = next_in.empty();
-    const size_t rows = static_cast<size_t>(N * c.dim), mixes = static_cast<size_t>(N * c.hc_mult);
-    const bool whole = o.in.size() == rows * static_cast<size_t>(c.hc_mult) && o.attn_out.size() == rows &&
-                       o.ffn_out.size() == rows && o.attn_pre.size() == mixes && o.attn_post.size() == mixes &&
-                       o.ffn_post.size() == mixes && o.attn_comb.size() == mixes * static_cast<size_t>(c.hc_mult) &&
-                       o.ffn_comb.size() == mixes * static_cast<size_t>(c.hc_mult) &&
-                       (!last || o.ffn_pre.size() == mixes) && ours.attn_out.size() == rows && ours.ffn_out.size() == rows;
+    // Each side's bounds are built from its own captures; the last block's collapse needs the FFN's pre too.
+    const bool whole = v41_block_captured(c, o, N) && v41_block_captured(c, ours, N) &&
+                       (!last || o.ffn_pre.size() == static_cast<size_t>(N * c.hc_mult));
     // Without the mixes, or with a capture of another shape (which its own row fails), the budgets.
     if (!bounds || !whole) {
       if (!last) {

@@ -386,14 +386,19 @@ V41MixBounds v41_mix_bounds(const V41Model& m, int64_t layer, std::span<const In
   return out;
 }
 
+bool v41_block_captured(const V41Config& c, const V41LayerCapture& o, int64_t N) {
+  const int64_t hc = c.hc_mult, D = c.dim;
+  const size_t streams = static_cast<size_t>(N * hc * D), rows = static_cast<size_t>(N * D);
+  const size_t mixes = static_cast<size_t>(N * hc), combs = static_cast<size_t>(N * hc * hc);
+  return o.in.size() == streams && o.attn_out.size() == rows && o.ffn_out.size() == rows && o.attn_post.size() == mixes &&
+         o.attn_pre.size() == mixes && o.attn_comb.size() == combs && o.ffn_post.size() == mixes && o.ffn_comb.size() == combs;
+}
+
 V41BlockBounds v41_block_bounds(const V41Model& m, int64_t layer, const V41LayerCapture& o, int64_t N,
                                 const bounds::BoundModel& model) {
   const V41Config& c = m.config();
   const int64_t hc = c.hc_mult, D = c.dim;
-  const size_t streams = static_cast<size_t>(N * hc * D), rows = static_cast<size_t>(N * D);
-  const size_t mixes = static_cast<size_t>(N * hc), combs = static_cast<size_t>(N * hc * hc);
-  if (o.in.size() != streams || o.attn_out.size() != rows || o.ffn_out.size() != rows || o.attn_post.size() != mixes ||
-      o.attn_pre.size() != mixes || o.attn_comb.size() != combs || o.ffn_post.size() != mixes || o.ffn_comb.size() != combs)
+  if (!v41_block_captured(c, o, N))
     throw InputError(fmt::format("block bounds of layer {}: the run lacks a sublayer output or an hc mix for N {}", layer, N));
   V41BlockBounds b;
   const std::vector<Interval> in = points(o.in);

@@ -131,6 +131,8 @@ struct V41BlockBounds {
 };
 V41BlockBounds v41_block_bounds(const V41Model& m, int64_t layer, const V41LayerCapture& o, int64_t N,
                                 const bounds::BoundModel& model);
+// Whether `o` holds, at N rows, every capture v41_block_bounds needs.
+bool v41_block_captured(const V41Config& c, const V41LayerCapture& o, int64_t N);
 // The final collapse of the last block's output streams (its bounds) with its FFN's pre [N, hc]: [N, dim] bf16.
 std::vector<bounds::BoundedValue> v41_final_collapse_bounds(const V41Model& m, std::span<const bounds::BoundedValue> out,
                                                             std::span<const double> pre, int64_t N,
