@@ -32,6 +32,7 @@
 #include "models/v41/run_file.hpp"
 #include "models/v41/sublayer_bounds.hpp"
 #include "unit-tests/legit_orders.hpp"
+#include "unit-tests/test_seed.hpp"
 #include "unit-tests/v41_golden_each.hpp"
 
 using namespace ced::v41;
@@ -1335,4 +1336,79 @@ TEST(V41BoundsTrace, TheTracedPassRecordsEveryBoundsKindWithOurSideInsideAsTheGa
         ++matched;
       }
   EXPECT_EQ(matched, traced.rows.size());
+}
+
+// ---- the sweep of fresh seeds at the config's own lengths (docs/sound-bounds.md §8)
+
+namespace {
+
+// The lengths where v41-tiny's constants change what a layer does (W = 16, index_topk 8 at ratio 2, a pool
+// of 3 blocks of 4 groups, ratio-2 group edges): W − 1, W, W + 1, the pool's groups at ratio 2 (24) and
+// one past (an open group), 2W, 2W + 1.
+constexpr int64_t kFreshLengths[] = {15, 16, 17, 24, 25, 32, 33};
+
+// A run file of the reference's own forward on a fresh checkpoint (`ced export`'s random weights of
+// `seed`) and prompt: every capture, as a golden file carries the official's, so the sweep feeds each
+// implementation the reference's inputs to its op as the golden tests feed the official's.
+V41RunFile fresh_run(uint64_t seed, int64_t N, V41Regime regime, V41Checkpoint& ck) {
+  ck = make_v41_random_checkpoint(v41_builtin_config("v41-tiny"), seed);
+  V41RunFile f;
+  f.config = ck.config;
+  f.regime = regime;
+  std::mt19937_64 g(seed);
+  f.tokens.resize(static_cast<size_t>(N));
+  for (int64_t& t : f.tokens) t = static_cast<int64_t>(g() % static_cast<uint64_t>(ck.config.vocab_size));
+  const V41Model m(ck.config, ck.weights, regime);
+  f.result = m.forward(f.tokens, v41_checkpoint_hashing(ck.config));
+  return f;
+}
+
+// Every op of both sweeps on each fresh case (the lengths in turn, the regime alternating, a new weight seed
+// each), under `model`'s bounds.
+int64_t sweep_fresh(const BoundModel& model, bool stop_at_outside, Tallies& t) {
+  const uint64_t base = ced::test::replayable_seed("v41 fresh sweep", 36'001);
+  std::set<std::string> ops = kOps;
+  ops.insert(kSourceAndBlockOps.begin(), kSourceAndBlockOps.end());
+  int64_t cases = 0;
+  for (size_t i = 0; i < std::size(kFreshLengths); ++i) {
+    const uint64_t seed = base + i;
+    const V41Regime regime = i % 2 ? V41Regime::bf16 : V41Regime::release;
+    V41Checkpoint ck;
+    const V41RunFile f = fresh_run(seed, kFreshLengths[i], regime, ck);
+    const V41Model m(ck.config, ck.weights, regime);
+    const std::string name = fmt::format("seed {} N {} {}", seed, kFreshLengths[i], regime == V41Regime::bf16 ? "bf16" : "release");
+    judge_file(f, m, name, model, kOps, stop_at_outside, 99, t);
+    judge_file_sources_and_block(f, m, name, model, kSourceAndBlockOps, stop_at_outside, 99, t);
+    ++cases;
+  }
+  return cases;
+}
+
+}  // namespace
+
+// Item 5(a) of the sound gate on cases no golden file holds: seven fresh checkpoints and prompts at the
+// lengths v41-tiny's constants make, both regimes; every op of the two golden sweeps (the reference's own
+// ops and the ways written here, fed the reference's captured inputs): none outside.
+TEST(V41FreshSweep, OtherLegitimateImplementationsOfEveryOpPassOnFreshSeedsAtTheConfigsLengths) {
+  Tallies t;
+  EXPECT_EQ(sweep_fresh({}, false, t), 7);
+  std::set<std::string> ops = kOps;
+  ops.insert(kSourceAndBlockOps.begin(), kSourceAndBlockOps.end());
+  expect_none_outside(t, ops);
+  int64_t judged = 0;
+  for (const auto& [op, tally] : t) judged += tally.judged;
+  RecordProperty("values judged", std::to_string(judged));
+  EXPECT_GT(judged, 10'000'000);
+}
+
+// The same sweep with every bound half as wide refuses some legitimate implementation's values of every
+// bf16 op it judges (the fp32 mixes and the streams between the sublayers aside, as on the golden files).
+TEST(V41FreshSweep, HalvedBoundsRefuseEveryBf16OpOnTheSameSweep) {
+  Tallies t;
+  BoundModel half;
+  half.scale = 0.5;
+  sweep_fresh(half, true, t);
+  for (const char* op : {"ffn_out", "attn_out", "attn_q", "attn_kv window", "attn_x", "index scores", "latent", "compress_kv",
+                         "index_k", "engram", "ffn_x", "out", "final_collapsed"})
+    EXPECT_GT(t[op].outside, 0) << op << ": none outside in " << t[op].judged << " values";
 }
