@@ -22,8 +22,10 @@ constexpr double kTiny = 0x1p-125;  // a probability that underflows in fp32 or 
 std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int64_t N, int64_t H, int64_t d,
                                                   std::span<const double> kv, std::span<const double> sink,
                                                   std::span<const int32_t> idxs, int64_t k, double scale,
-                                                  const BoundModel& model, int out_bits, int64_t block) {
+                                                  const BoundModel& model, int out_bits, int64_t block,
+                                                  std::span<const uint8_t> needed) {
   if (N < 0 || H < 1 || d < 1 || k < 0 || block < 1 || q.size() != static_cast<size_t>(N * H * d) ||
+      (!needed.empty() && needed.size() != static_cast<size_t>(N * H)) ||
       kv.size() % static_cast<size_t>(d) != 0 || sink.size() != static_cast<size_t>(H) ||
       idxs.size() != static_cast<size_t>(N * k) || !(scale > 0))
     throw InputError(fmt::format("attention bounds: q {} values for [{}, {}, {}], kv {} (rows of {}), sink {}, idxs {} "
@@ -53,6 +55,7 @@ std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int
     for (int64_t h = 0; h < H; ++h) {
       const double* qh = q.data() + (t * H + h) * d;
       BoundedValue* o = out.data() + (t * H + h) * d;
+      if (!needed.empty() && !needed[static_cast<size_t>(t * H + h)]) continue;
       if (n == 0) {  // no key: the numerator is an empty sum
         for (int64_t c = 0; c < d; ++c) o[c] = {0, {0, 0}, 0};
         continue;
@@ -63,8 +66,18 @@ std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int
       double smax = -INFINITY, sabs = std::fabs(sink[static_cast<size_t>(h)]);
       for (size_t j = 0; j < n; ++j) {
         const double* kj = kv.data() + static_cast<int64_t>(live[j]) * d;
-        double dot = 0, abs = 0;
-        for (int64_t c = 0; c < d; ++c) dot += qh[c] * kj[c], abs += std::fabs(qh[c] * kj[c]);
+        // Four partial sums each, which the compiler may put in vector lanes (the reference's own order is
+        // free: `ref` bounds its rounding in any order).
+        double dot4[4] = {}, abs4[4] = {};
+        int64_t c = 0;
+        for (; c + 4 <= d; c += 4)
+          for (int lane = 0; lane < 4; ++lane) {
+            const double pr = qh[c + lane] * kj[c + lane];
+            dot4[lane] += pr;
+            abs4[lane] += std::fabs(pr);
+          }
+        for (; c < d; ++c) dot4[0] += qh[c] * kj[c], abs4[0] += std::fabs(qh[c] * kj[c]);
+        const double dot = (dot4[0] + dot4[1]) + (dot4[2] + dot4[3]), abs = (abs4[0] + abs4[1]) + (abs4[2] + abs4[3]);
         s[j] = scale * dot;
         err[j] = c_hi * (sum_error_bound(d, abs, model.accumulation, false) + ref * abs) + (c_hi - c_lo) * std::fabs(dot);
         smax = std::max(smax, s[j]);

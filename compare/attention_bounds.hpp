@@ -16,10 +16,12 @@ namespace ced::bounds {
 // dot products and sums, one pass or an online softmax in blocks of `block` keys or more (its running max
 // and rescales; the default 1 admits every blocking), probabilities (the sink's included) in fp32 or
 // rounded to bf16 before P·V, scale as given or rounded to fp32, exp or exp2 with log2(e) folded in: all
-// within the interval.
+// within the interval. `needed` [N, H] (empty: every one) names the queries and heads to bound; the others'
+// outputs are left {0, [0, 0], 0} (a caller that knows them fills them in).
 std::vector<BoundedValue> sparse_attention_bounds(std::span<const double> q, int64_t N, int64_t H, int64_t d,
                                                   std::span<const double> kv, std::span<const double> sink,
                                                   std::span<const int32_t> idxs, int64_t k, double scale,
-                                                  const BoundModel& model, int out_bits, int64_t block = 1);
+                                                  const BoundModel& model, int out_bits, int64_t block = 1,
+                                                  std::span<const uint8_t> needed = {});
 
 }  // namespace ced::bounds

@@ -26,16 +26,34 @@ double spacing(double x, int bits) {
   return pow2(std::max<int64_t>(e, -125) - bits);
 }
 
+// y rounded to an integer, to nearest with ties to even, the sign of y kept on a zero: (y + 2^52) − 2^52 in the
+// default rounding mode (every |y| ≥ 2^52 is an integer already). What std::nearbyint gives, without its
+// save and restore of the floating-point environment, which made the rounding of the bounds' ends the gate's
+// third costliest step; the compiler may not reassociate the sum (-fno-fast-math).
+double rint_exact(double y) {
+  if (!(std::fabs(y) < 0x1p52)) return y;
+  const double c = std::copysign(0x1p52, y);
+  return std::copysign((y + c) - c, y);
+}
+double floor_exact(double y) {
+  const double r = rint_exact(y);
+  return r > y ? std::copysign(r - 1, y) : r;
+}
+double ceil_exact(double y) {
+  const double r = rint_exact(y);
+  return r < y ? std::copysign(r + 1, y) : r;
+}
+
 double round_down(double x, int bits) {
   if (!std::isfinite(x)) return x;
   const double s = spacing(x, bits);
-  return std::floor(x * (1 / s)) * s;
+  return floor_exact(x * (1 / s)) * s;
 }
 
 double round_up(double x, int bits) {
   if (!std::isfinite(x)) return x;
   const double s = spacing(x, bits);
-  return std::ceil(x * (1 / s)) * s;
+  return ceil_exact(x * (1 / s)) * s;
 }
 
 }  // namespace
@@ -107,7 +125,7 @@ Interval rounded_nearest(double lo, double hi, int out_bits) {
   auto nearest = [&](double x) {
     if (!std::isfinite(x)) return x;
     const double s = spacing(x, out_bits);
-    return std::nearbyint(x / s) * s;  // the default rounding mode: to nearest, ties to even
+    return rint_exact(x * (1 / s)) * s;  // to nearest, ties to even
   };
   return {nearest(lo), nearest(hi)};
 }

@@ -50,7 +50,7 @@ while read -r config mode n wseed iseed; do
     --config-name "$config" --weight-seed "$wseed" --mode "$mode" --n "$n" --input-seed "$iseed" --threads 1 \
     --out "$work/official.h5" > /dev/null
   rc=0
-  "$here/$build/models/v41/v41_agreement_summary" --tsv "$work/official.h5" > "$work/rows.tsv" || rc=$?
+  "$here/$build/models/v41/v41_agreement_summary" --tsv --every-row "$work/official.h5" > "$work/rows.tsv" || rc=$?
   [[ $rc -le 1 ]] || { echo "v41-soundness-sweep: the summary failed on $key (exit $rc)" >&2; exit 2; }
   while IFS= read -r row; do printf '%s%s\n' "$key" "$row"; done < "$work/rows.tsv" >> "$table"
   if awk -F'\t' '$4 == "bounds" && $5 == "FAIL"' "$work/rows.tsv" | grep -q .; then bad=1; fi

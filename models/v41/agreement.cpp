@@ -7,7 +7,9 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
+#include <regex>
 #include <set>
 #include <tuple>
 #include <sstream>
@@ -179,6 +181,61 @@ struct Gate {
 
   std::string step;  // ", step S" in the decode passes, whose rows gather every step's comparison
   std::vector<V41BoundsRecord>* trace = nullptr;  // every judgement by bounds, for v41_teacher_forced_traced
+  // Bounds at every row, not only where the two sides differ (rows_to_bound): a trace, and a soundness sweep
+  // that judges the official's values everywhere.
+  bool every_row = false;
+
+  // The rows of `rows` (each of `row_len` values) at which ours and the official's differ as bits: the rows
+  // whose bounds can change a verdict. Where the two agree bitwise, ours is the result of the official's
+  // implementation, admissible by definition, so the bound is not computed there (spread() stands the
+  // official's value in as a point interval); every row where the shapes differ or every_row is set.
+  std::vector<int64_t> rows_to_bound(std::span<const double> ours, std::span<const double> official, int64_t rows) const {
+    std::vector<int64_t> r;
+    const bool all = every_row || trace || rows <= 0 || ours.size() != official.size() ||
+                     official.size() % static_cast<size_t>(rows) != 0;
+    const size_t len = rows > 0 ? official.size() / static_cast<size_t>(rows) : 0;
+    for (int64_t t = 0; t < rows; ++t)
+      if (all || !std::equal(ours.begin() + static_cast<ptrdiff_t>(t * len), ours.begin() + static_cast<ptrdiff_t>((t + 1) * len),
+                             official.begin() + static_cast<ptrdiff_t>(t * len),
+                             [](double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }))
+        r.push_back(t);
+    return r;
+  }
+  // The rows `rows` of x (rows of `len` values), gathered.
+  // x as it is where it does not hold every row (the bounds then refuse its size, as without gathering).
+  template <class T>
+  static std::vector<T> gather(std::span<const T> x, std::span<const int64_t> rows, int64_t len) {
+    if (x.size() % static_cast<size_t>(len) != 0 ||
+        std::any_of(rows.begin(), rows.end(), [&](int64_t r) { return static_cast<size_t>((r + 1) * len) > x.size(); }))
+      return {x.begin(), x.end()};
+    std::vector<T> g(rows.size() * static_cast<size_t>(len));
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::copy_n(x.begin() + rows[i] * len, len, g.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(len)));
+    return g;
+  }
+  // A quantizer's place named in the rows bounded ("row 3" of the gathered rows) renamed by the row it is.
+  static void renumber(V41Straddles& st, std::span<const int64_t> rows) {
+    const std::regex row("row ([0-9]+)");
+    std::smatch m;
+    if (!std::regex_search(st.first, m, row)) return;
+    const size_t i = std::stoul(m[1].str());
+    if (i < rows.size()) st.first = m.prefix().str() + fmt::format("row {}", rows[i]) + m.suffix().str();
+  }
+  // Bounds computed at `rows` spread over every row of the official's tensor, the official's value as a point
+  // interval at the others (where both sides are that value). Empty when the bounds are (the op not covered).
+  static std::vector<bounds::BoundedValue> spread(std::vector<bounds::BoundedValue> chosen, std::span<const int64_t> rows,
+                                                  std::span<const double> official, int64_t len) {
+    if (official.size() % static_cast<size_t>(len) != 0 || rows.size() * static_cast<size_t>(len) == official.size() ||
+        (!rows.empty() && static_cast<size_t>((rows.back() + 1) * len) > official.size()))
+      return chosen;  // every row, or a tensor of another shape (which its row fails)
+    std::vector<bounds::BoundedValue> b(official.size());
+    for (size_t i = 0; i < b.size(); ++i) b[i] = {official[i], {official[i], official[i]}, official[i]};
+    if (rows.empty()) return b;
+    if (chosen.size() != rows.size() * static_cast<size_t>(len)) return chosen;  // not covered: empty
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::copy_n(chosen.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(len)), len, b.begin() + rows[i] * len);
+    return b;
+  }
 
   V41TensorAgreement& row(int64_t layer, const std::string& kind) { return out.rows[index_of(layer, kind)]; }
   size_t index_of(int64_t layer, const std::string& kind) {
@@ -237,12 +294,28 @@ struct Gate {
       values(l, "attn_out (forced x)", attn_out_x, o.attn_out, c.dim);
       return;
     }
-    if (!o.attn_q.empty() && !o.attn_kv.empty() && !o.attn_idx.empty())
-      bounded(l, "attn_o (forced q, kv, idx)", model.attention_core(l, o.attn_q, o.attn_kv, o.attn_idx, N), o.attn_o,
-              v41_attention_core_bounds(model, l, o.attn_q, o.attn_kv, o.attn_idx, N, *bounds), c.head_dim);
+    if (!o.attn_q.empty() && !o.attn_kv.empty() && !o.attn_idx.empty()) {
+      // Bounded per query and head where the two differ.
+      const std::vector<double> ours = model.attention_core(l, o.attn_q, o.attn_kv, o.attn_idx, N);
+      const std::vector<int64_t> heads = rows_to_bound(ours, o.attn_o, N * c.n_heads);
+      std::vector<uint8_t> needed(static_cast<size_t>(N * c.n_heads), 0);
+      for (int64_t th : heads) needed[static_cast<size_t>(th)] = 1;
+      std::vector<bounds::BoundedValue> b =
+          v41_attention_core_bounds(model, l, o.attn_q, o.attn_kv, o.attn_idx, N, *bounds, needed);
+      if (b.size() == o.attn_o.size())
+        for (size_t i = 0; i < b.size(); ++i)
+          if (!needed[i / static_cast<size_t>(c.head_dim)]) b[i] = {o.attn_o[i], {o.attn_o[i], o.attn_o[i]}, o.attn_o[i]};
+      bounded(l, "attn_o (forced q, kv, idx)", ours, o.attn_o, b, c.head_dim);
+    }
     V41Straddles st;
-    const auto admissible = v41_attention_output_bounds(model, l, o.attn_o, N, *bounds, &st);
-    bounded(l, "attn_out (forced o)", model.attention_output(l, o.attn_o, N), o.attn_out, admissible, c.dim, st);
+    const std::vector<double> ours = model.attention_output(l, o.attn_o, N);
+    const std::vector<int64_t> rows = rows_to_bound(ours, o.attn_out, N);
+    const int64_t in_len = c.n_heads * c.head_dim;
+    const auto admissible = spread(v41_attention_output_bounds(model, l, gather<double>(o.attn_o, rows, in_len),
+                                                               static_cast<int64_t>(rows.size()), *bounds, &st, 0, rows),
+                                   rows, o.attn_out, c.dim);
+    renumber(st, rows);
+    bounded(l, "attn_out (forced o)", ours, o.attn_out, admissible, c.dim, st);
   }
   // An index source's selection and, on the candidate source, its pool, judged against the index scores'
   // intervals from the official's attn_x and the keys it read (docs/sound-bounds.md §13.4): each side's rows
@@ -474,13 +547,32 @@ struct Gate {
       return {};
     }
     if (o.attn_x.empty()) return {};
-    const V41QkvBounds b = v41_attention_qkv_bounds(model, l, o.attn_x, N, *bounds);
-    bounded(l, "attn_q (forced x)", mine.attn_q, o.attn_q, b.q, c.head_dim, b.q_straddles);
     const size_t w = static_cast<size_t>(N * c.head_dim);
-    if (o.attn_kv.size() >= w && mine.attn_kv.size() >= w)
-      bounded(l, "attn_kv window (forced x)", std::span<const double>(mine.attn_kv).first(w),
-              std::span<const double>(o.attn_kv).first(w), b.kv, c.head_dim, b.kv_straddles);
-    return b.kv;
+    const bool kv = o.attn_kv.size() >= w && mine.attn_kv.size() >= w;
+    // The rows where the query or the window KV differ (every row where the decode seed reads the window's).
+    std::vector<int64_t> rows = rows_to_bound(mine.attn_q, o.attn_q, N);
+    if (kv) {
+      const auto r = rows_to_bound(std::span<const double>(mine.attn_kv).first(w), std::span<const double>(o.attn_kv).first(w), N);
+      std::vector<int64_t> both;
+      std::set_union(rows.begin(), rows.end(), r.begin(), r.end(), std::back_inserter(both));
+      rows = std::move(both);
+    }
+    if (off.decode) {
+      rows.resize(static_cast<size_t>(N));
+      std::iota(rows.begin(), rows.end(), 0);
+    }
+    V41QkvBounds b = v41_attention_qkv_bounds(model, l, gather<double>(o.attn_x, rows, c.dim), static_cast<int64_t>(rows.size()),
+                                              *bounds, rows);
+    renumber(b.q_straddles, rows);
+    renumber(b.kv_straddles, rows);
+    bounded(l, "attn_q (forced x)", mine.attn_q, o.attn_q, spread(std::move(b.q), rows, o.attn_q, c.n_heads * c.head_dim),
+            c.head_dim, b.q_straddles);
+    if (!kv) return {};
+    const std::span<const double> off_kv = std::span<const double>(o.attn_kv).first(w);
+    std::vector<bounds::BoundedValue> window = spread(std::move(b.kv), rows, off_kv, c.head_dim);
+    bounded(l, "attn_kv window (forced x)", std::span<const double>(mine.attn_kv).first(w), off_kv, window, c.head_dim,
+            b.kv_straddles);
+    return window;
   }
   // What the prefill hands to the decode steps (docs/sound-bounds.md §13.5): the window ring (the window KV's
   // bounds at slot p % W, the unwritten slots 0) and a ratio > 1 kv source's pending group (the compressor's
@@ -539,15 +631,32 @@ struct Gate {
   void moe(int64_t l, const std::string& prefix, std::span<const double> ffn_x, int64_t N, std::span<const double> ours,
            const V41LayerCapture& mine, const V41LayerCapture& o) {
     const std::string kind = prefix + "ffn_out (forced x)";
-    if (bounds && !o.experts.empty() && !mine.experts.empty()) {
+    const V41Config& c = model.config();
+    if (bounds && !o.experts.empty() && !mine.experts.empty() && c.score_func == "sqrtsoftplus" && c.gate_temp > 0) {
       const std::vector<int64_t> theirs(o.experts.begin(), o.experts.end()), own(mine.experts.begin(), mine.experts.end());
-      V41Straddles st;
-      const auto admissible = v41_moe_bounds(model, l, ffn_x, N, theirs, *bounds, &st);
-      if (!admissible.empty()) {
-        const auto admissible_ours = own == theirs ? std::vector<bounds::BoundedValue>{}
-                                                   : v41_moe_bounds(model, l, ffn_x, N, own, *bounds);
-        return bounded(l, kind, ours, o.ffn_out, admissible, model.config().dim, st, admissible_ours);
+      const int64_t D = c.dim, K = c.n_activated_experts;
+      // The rows where the outputs or the selections differ.
+      std::vector<int64_t> rows;
+      if (own.size() == theirs.size() && ours.size() == o.ffn_out.size()) {
+        const auto r = rows_to_bound(ours, o.ffn_out, N);
+        std::vector<uint8_t> at(static_cast<size_t>(N), 0);
+        for (int64_t t : r) at[static_cast<size_t>(t)] = 1;
+        for (int64_t t = 0; t < N; ++t)
+          if (at[static_cast<size_t>(t)] || !std::equal(own.begin() + t * K, own.begin() + (t + 1) * K, theirs.begin() + t * K))
+            rows.push_back(t);
+      } else {
+        rows.resize(static_cast<size_t>(N));
+        std::iota(rows.begin(), rows.end(), 0);
       }
+      const int64_t M = static_cast<int64_t>(rows.size());
+      const std::vector<double> x = gather<double>(ffn_x, rows, D);
+      V41Straddles st;
+      const auto admissible = spread(v41_moe_bounds(model, l, x, M, gather<int64_t>(theirs, rows, K), *bounds, &st), rows, o.ffn_out, D);
+      const auto admissible_ours = own == theirs ? std::vector<bounds::BoundedValue>{}
+                                                 : spread(v41_moe_bounds(model, l, x, M, gather<int64_t>(own, rows, K), *bounds),
+                                                          rows, o.ffn_out, D);
+      renumber(st, rows);
+      return bounded(l, kind, ours, o.ffn_out, admissible, D, st, admissible_ours);
     }
     values(l, kind, ours, o.ffn_out, model.config().dim);
   }
@@ -992,7 +1101,7 @@ const V41TensorAgreement* V41Agreement::first_failure() const {
 }
 
 V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, const bounds::BoundModel& bounds,
-                           bool use_bounds) {
+                           bool use_bounds, bool every_row) {
   if (model.regime() != official.regime)
     throw InputError(fmt::format("v41 gate: the model runs the {} regime, the run file is of the {} regime",
                                  v41_regime_name(model.regime()), v41_regime_name(official.regime)));
@@ -1002,6 +1111,7 @@ V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, co
   if (static_cast<int64_t>(official.result.layers.size()) != model.config().n_layers)
     throw InputError("v41 gate: the run file's layers are not the model's");
   Gate g{model, official, v41_checkpoint_hashing(model.config()), {}, "", official.regime == V41Regime::f64 || !use_bounds ? nullptr : &bounds, ""};
+  g.every_row = every_row;
   teacher_forced(g);
   end_to_end(g);
   if (official.decode) {

@@ -59,8 +59,11 @@ struct V41Agreement {
 // with the official run file, both passes. The model's regime is the file's. The head (final_normed and
 // the logits, forced) and the router are judged by bounds under `bounds` in the bf16 and release regimes;
 // use_bounds false judges every kind by its measured budget (the gate before the bounds, for comparison).
+// The bounds of the attention's ops and the MoE are computed only at the rows where the two sides differ as
+// bits (where they agree, ours is the official's result: admissible by definition); every_row computes them
+// at every row, so the official's values are judged everywhere (what a soundness sweep measures).
 V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, const bounds::BoundModel& bounds = {},
-                           bool use_bounds = true);
+                           bool use_bounds = true, bool every_row = false);
 
 // One judgement of our side by derived bounds, as the gate made it: what a driver that plants perturbations
 // on our side and judges them again reads (v41_bounds_power, docs/sound-bounds.md §10).

@@ -4,10 +4,11 @@
 // instead one tab-separated line per judged row (pass, layer, kind, judged by bounds, a budget or
 // reported only, ok or FAIL, the failure or the bound used), for sweeps (scripts/v41-soundness-sweep.sh):
 // --budgets-only judges every kind by its measured budget, as the gate did before its derived bounds
-// (for comparison and the cost ratio of docs/sound-bounds.md §8):
+// (for comparison and the cost ratio of docs/sound-bounds.md §8); --every-row bounds every row of the ops
+// bounded where the two sides differ (the official's values judged everywhere: the soundness sweep's):
 // --accumulation fp32 | tensor-core:BITS:INTERVAL and --function-ulps K name the bound model (default
 // fp32, 2: docs/sound-bounds.md §1-§3):
-//   v41_agreement_summary [-v | --tsv] [--budgets-only] [--accumulation A] [--function-ulps K] golden/v41 | FILE.h5...
+//   v41_agreement_summary [-v | --tsv] [--budgets-only | --every-row] [--accumulation A] [--function-ulps K] golden/v41 | FILE.h5...
 // Exit 0 when every file is within every budget, 1 when one is not, 2 on bad input.
 #include <fmt/format.h>
 
@@ -41,7 +42,7 @@ std::string tsv_line(const V41TensorAgreement& r) {
   return fmt::format("{}\t{}\t{}\t{}\t{}\t{}\n", r.pass, r.layer, r.kind, by, r.failure.empty() ? "ok" : "FAIL", detail);
 }
 
-int run(const std::vector<std::filesystem::path>& args, bool verbose, bool tsv, bool use_bounds,
+int run(const std::vector<std::filesystem::path>& args, bool verbose, bool tsv, bool use_bounds, bool every_row,
         const ced::bounds::BoundModel& bounds) {
   std::vector<std::filesystem::path> files;
   for (const auto& a : args) {
@@ -63,7 +64,7 @@ int run(const std::vector<std::filesystem::path>& args, bool verbose, bool tsv, 
     const V41RunFile f = read_v41_run_file(p);
     const V41Checkpoint ck = v41_golden_checkpoint(f);
     const V41Model model(ck.config, ck.weights, f.regime);
-    const V41Agreement a = v41_agreement(model, f, bounds, use_bounds);
+    const V41Agreement a = v41_agreement(model, f, bounds, use_bounds, every_row);
     if (verbose) fmt::print("\n== {} ({}, N = {})\n{}", p.string(), v41_regime_name(f.regime), f.tokens.size(),
                             v41_agreement_table(a));
     if (tsv)
@@ -116,21 +117,22 @@ int run(const std::vector<std::filesystem::path>& args, bool verbose, bool tsv, 
 
 int main(int argc, char** argv) {
   std::vector<std::filesystem::path> args;
-  bool verbose = false, tsv = false, use_bounds = true, bad = false;
+  bool verbose = false, tsv = false, use_bounds = true, every_row = false, bad = false;
   std::string accumulation = "fp32", ulps = "2";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-v") verbose = true;
     else if (a == "--tsv") tsv = true;
     else if (a == "--budgets-only") use_bounds = false;
+    else if (a == "--every-row") every_row = true;
     else if (a == "--accumulation" || a == "--function-ulps") {
       if (i + 1 == argc) bad = true;
       else (a == "--accumulation" ? accumulation : ulps) = argv[++i];
     } else if (a.starts_with("--")) bad = true;
     else args.emplace_back(a);
   }
-  if (bad || args.empty() || (verbose && tsv)) {
-    fmt::print(stderr, "usage: v41_agreement_summary [-v | --tsv] [--budgets-only] [--accumulation fp32|tensor-core:BITS:INTERVAL] "
+  if (bad || args.empty() || (verbose && tsv) || (every_row && !use_bounds)) {
+    fmt::print(stderr, "usage: v41_agreement_summary [-v | --tsv] [--budgets-only | --every-row] [--accumulation fp32|tensor-core:BITS:INTERVAL] "
                        "[--function-ulps K] GOLDEN_DIR | FILE.h5...\n");
     return 2;
   }
@@ -142,7 +144,7 @@ int main(int argc, char** argv) {
     } catch (const std::logic_error&) {
     }
     if (used == 0 || used != ulps.size()) throw ced::InputError(fmt::format("--function-ulps: '{}' is not a number", ulps));
-    return run(args, verbose, tsv, use_bounds, ced::bounds::parse_bound_model(accumulation, k));
+    return run(args, verbose, tsv, use_bounds, every_row, ced::bounds::parse_bound_model(accumulation, k));
   } catch (const std::exception& e) {
     fmt::print(stderr, "v41_agreement_summary: {}\n", e.what());
     return 2;

@@ -56,8 +56,9 @@ Interval silu(Interval x, double fn) {
 // RoPE on intervals, row t at position t: each head's last 2·half values as pairs (x0 + i x1) times
 // (c + i s), or its conjugate when inverse; each table entry within the functions' ulps of ours, two
 // products and a sum rounded in fp32 (docs/sound-bounds.md §13.1), then bf16 (the tensor is bf16).
+// Row t at position first + t, or at positions[t] where given.
 void rope_bounds(std::vector<Interval>& x, int64_t rows, int64_t heads, int64_t d, const fwd::RopeTable& rope,
-                 bool inverse, double fn, int64_t first = 0) {
+                 bool inverse, double fn, int64_t first = 0, std::span<const int64_t> positions = {}) {
   const int64_t half = rope.half, rotated = d - 2 * half;
   auto combine = [](Interval p, Interval q, bool plus) {
     const double lo = plus ? p.lo + q.lo : p.lo - q.hi, hi = plus ? p.hi + q.hi : p.hi - q.lo;
@@ -69,7 +70,7 @@ void rope_bounds(std::vector<Interval>& x, int64_t rows, int64_t heads, int64_t 
     for (int64_t h = 0; h < heads; ++h) {
       Interval* v = x.data() + (t * heads + h) * d + rotated;
       for (int64_t i = 0; i < half; ++i) {
-        const size_t at = static_cast<size_t>((first + t) * half + i);
+        const size_t at = static_cast<size_t>((positions.empty() ? first + t : positions[static_cast<size_t>(t)]) * half + i);
         const double cs = rope.cos[at], sn = rope.sin[at];
         const Interval ci{cs - fn * std::fabs(cs) - kTiny, cs + fn * std::fabs(cs) + kTiny};
         const Interval si{sn - fn * std::fabs(sn) - kTiny, sn + fn * std::fabs(sn) + kTiny};
@@ -248,6 +249,7 @@ std::vector<BoundedValue> v41_attn_x_bounds(const V41Model& m, int64_t layer, st
                                  pre_mix.size(), N, hc, D));
   // The collapse: hc fp32 products (inexact: fp32 weights times bf16 streams) summed in any order, bf16.
   std::vector<Interval> y(static_cast<size_t>(N * D));
+#pragma omp parallel for schedule(static) if (N * D > (int64_t{1} << 16))
   for (int64_t t = 0; t < N; ++t)
     for (int64_t d = 0; d < D; ++d) {
       double v = 0, abs = 0;
@@ -290,6 +292,7 @@ std::vector<BoundedValue> hc_post_bounds(std::span<const Interval> y, std::span<
     hi += std::max(a, b);
     abs += std::max(std::fabs(a), std::fabs(b));
   };
+#pragma omp parallel for schedule(static) if (N * D > (int64_t{1} << 16))
   for (int64_t t = 0; t < N; ++t)
     for (int64_t j = 0; j < hc; ++j)
       for (int64_t d = 0; d < D; ++d) {
@@ -310,6 +313,7 @@ std::vector<Interval> hc_pre_intervals(std::span<const Interval> X, std::span<co
     throw InputError(fmt::format("hc collapse bounds: streams {} values, pre {} for [{}, {}, {}]", X.size(), pre.size(), N,
                                  hc, D));
   std::vector<Interval> y(static_cast<size_t>(N * D));
+#pragma omp parallel for schedule(static) if (N * D > (int64_t{1} << 16))
   for (int64_t t = 0; t < N; ++t)
     for (int64_t d = 0; d < D; ++d) {
       double lo = 0, hi = 0, abs = 0;
@@ -358,6 +362,7 @@ V41MixBounds v41_mix_bounds(const V41Model& m, int64_t layer, std::span<const In
   V41MixBounds out;
   out.pre.resize(static_cast<size_t>(N * hc));
   out.post.resize(static_cast<size_t>(N * hc));
+#pragma omp parallel for schedule(static) if (N * K > (int64_t{1} << 16))
   for (int64_t t = 0; t < N; ++t) {
     double s_lo = 0, s_hi = 0;
     for (int64_t i = 0; i < K; ++i) {
@@ -535,6 +540,7 @@ std::vector<BoundedValue> v41_engram_bounds(const V41Model& m, int64_t layer, st
   const double isd = std::pow(dd, -0.5);
   const Interval inv_sqrt_d{isd * (1 - kU32), isd * (1 + kU32)};
   std::vector<BoundedValue> out(streams.size());
+#pragma omp parallel for schedule(static) if (N * D > (int64_t{1} << 16))
   for (int64_t t = 0; t < N; ++t) {
     const Interval* value = kv.data() + t * (hc + 1) * D + hc * D;
     for (int64_t ch = 0; ch < hc; ++ch) {
@@ -631,7 +637,7 @@ std::vector<Interval> v41_index_score_bounds(const V41Model& m, int64_t layer, s
 }
 
 V41QkvBounds v41_attention_qkv_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
-                                      const bounds::BoundModel& model) {
+                                      const bounds::BoundModel& model, std::span<const int64_t> positions) {
   V41QkvBounds out;
   V41Straddles *sq = &out.q_straddles, *skv = &out.kv_straddles;
   const V41Config& c = m.config();
@@ -639,18 +645,21 @@ V41QkvBounds v41_attention_qkv_bounds(const V41Model& m, int64_t layer, std::spa
   if (x.size() != static_cast<size_t>(N * c.dim))
     throw InputError(fmt::format("attention q/kv bounds: {} values for [{}, {}]", x.size(), N, c.dim));
   const fwd::Arith a(m.regime());
-  const fwd::RopeTable rope = fwd::layer_rope(a, c, m.plan()[layer], N);
+  if (!positions.empty() && positions.size() != static_cast<size_t>(N))
+    throw InputError(fmt::format("attention q/kv bounds: {} positions for {} rows", positions.size(), N));
+  const int64_t span = positions.empty() ? N : *std::max_element(positions.begin(), positions.end()) + 1;
+  const fwd::RopeTable rope = fwd::layer_rope(a, c, m.plan()[layer], span);
   const double fn = model.function_ulps * 0x1p-23;
   const V41LayerWeights& w = m.layer_weights(layer);
   const std::vector<Interval> xi = points(x);
   // q: wq_a, q_norm, wq_b (each bf16), RoPE.
   const std::vector<Interval> qr = q_lora_intervals(m, layer, xi, N, model, sq);
   std::vector<Interval> q = admissible_of(v41_linear_w_bounds(m, qr, N, w.wq_b, model, 8, sq, "wq_b"));
-  rope_bounds(q, N, H, hd, rope, false, fn);
+  rope_bounds(q, N, H, hd, rope, false, fn, 0, positions);
   // The window KV: wkv, kv_norm, RoPE, then the FP8 QDQ of the whole vector.
   std::vector<Interval> kv = admissible_of(v41_linear_w_bounds(m, xi, N, w.wkv, model, 8, skv, "wkv"));
   kv = rmsnorm_intervals(kv, hd, w.kv_norm, c.norm_eps, model);
-  rope_bounds(kv, N, 1, hd, rope, false, fn);
+  rope_bounds(kv, N, 1, hd, rope, false, fn, 0, positions);
   v41_act_qdq_bounds(kv, hd, skv, "the window KV's QDQ");
   auto bounded = [](const std::vector<Interval>& v) {
     std::vector<BoundedValue> b(v.size());
@@ -664,24 +673,27 @@ V41QkvBounds v41_attention_qkv_bounds(const V41Model& m, int64_t layer, std::spa
 
 std::vector<BoundedValue> v41_attention_core_bounds(const V41Model& m, int64_t layer, std::span<const double> q,
                                                     std::span<const double> kv, std::span<const int32_t> idx, int64_t N,
-                                                    const bounds::BoundModel& model) {
+                                                    const bounds::BoundModel& model, std::span<const uint8_t> needed) {
   const V41Config& c = m.config();
   const int64_t k = N > 0 ? static_cast<int64_t>(idx.size()) / N : 0;
   return bounds::sparse_attention_bounds(q, N, c.n_heads, c.head_dim, kv, m.layer_weights(layer).attn_sink, idx, k,
-                                         std::pow(static_cast<double>(c.head_dim), -0.5), model, 8);
+                                         std::pow(static_cast<double>(c.head_dim), -0.5), model, 8, 1, needed);
 }
 
 std::vector<BoundedValue> v41_attention_output_bounds(const V41Model& m, int64_t layer, std::span<const double> o,
                                                       int64_t N, const bounds::BoundModel& model, V41Straddles* straddles,
-                                                      int64_t first) {
+                                                      int64_t first, std::span<const int64_t> positions) {
   const V41Config& c = m.config();
   const int64_t H = c.n_heads, hd = c.head_dim, G = c.o_groups, R = c.o_lora_rank, gd = H * hd / G;
   if (o.size() != static_cast<size_t>(N * H * hd))
     throw InputError(fmt::format("attention output bounds: {} values for N {} of [{}, {}]", o.size(), N, H, hd));
   const fwd::Arith a(m.regime());
-  const fwd::RopeTable rope = fwd::layer_rope(a, c, m.plan()[layer], first + N);
+  if (!positions.empty() && positions.size() != static_cast<size_t>(N))
+    throw InputError(fmt::format("attention output bounds: {} positions for {} rows", positions.size(), N));
+  const int64_t span = positions.empty() ? first + N : *std::max_element(positions.begin(), positions.end()) + 1;
+  const fwd::RopeTable rope = fwd::layer_rope(a, c, m.plan()[layer], span);
   std::vector<Interval> x = points(o);
-  rope_bounds(x, N, H, hd, rope, true, model.function_ulps * 0x1p-23, first);
+  rope_bounds(x, N, H, hd, rope, true, model.function_ulps * 0x1p-23, first, positions);
   // wo_a by groups, a bf16 einsum on the dequantized weight.
   std::vector<Interval> og(static_cast<size_t>(N * G * R));
   const V41LayerWeights& w = m.layer_weights(layer);

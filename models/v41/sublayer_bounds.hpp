@@ -54,8 +54,9 @@ struct V41QkvBounds {
   std::vector<bounds::BoundedValue> q, kv;
   V41Straddles q_straddles, kv_straddles;
 };
+// `positions` (empty: 0 .. N − 1): the position of each row of x, for the RoPE.
 V41QkvBounds v41_attention_qkv_bounds(const V41Model& m, int64_t layer, std::span<const double> x, int64_t N,
-                                      const bounds::BoundModel& model);
+                                      const bounds::BoundModel& model, std::span<const int64_t> positions = {});
 
 // The index scores of an index source (docs/sound-bounds.md §13.4) on x [N, dim] (attn_norm's output): the
 // indexer's query (wq_a, q_norm, its wq_b, the RoPE, FP4 per 32), the keys index_k [T, index_head_dim] the
@@ -71,16 +72,19 @@ std::vector<bounds::Interval> v41_index_score_bounds(const V41Model& m, int64_t 
 
 // sparse_attn alone (docs/sound-bounds.md §12) on q [N, n_heads, head_dim], kv rows, index lists [N, k]:
 // bf16 outputs.
+// `needed` [N, n_heads] (empty: all) as sparse_attention_bounds takes it.
 std::vector<bounds::BoundedValue> v41_attention_core_bounds(const V41Model& m, int64_t layer, std::span<const double> q,
                                                             std::span<const double> kv, std::span<const int32_t> idx,
-                                                            int64_t N, const bounds::BoundModel& model);
+                                                            int64_t N, const bounds::BoundModel& model,
+                                                            std::span<const uint8_t> needed = {});
 // The attention's output projection alone (docs/sound-bounds.md §13.1) on sparse_attn's output o: the
 // inverse RoPE (its products and sum in fp32, then bf16), wo_a by groups (bf16), wo_b (linear_w, bf16).
 // [N, dim].
-// Rows at positions first .. first + N - 1 (a decode step's one row at its position).
+// Rows at positions first .. first + N - 1 (a decode step's one row at its position), or at `positions`.
 std::vector<bounds::BoundedValue> v41_attention_output_bounds(const V41Model& m, int64_t layer, std::span<const double> o,
                                                               int64_t N, const bounds::BoundModel& model,
-                                                              V41Straddles* straddles = nullptr, int64_t first = 0);
+                                                              V41Straddles* straddles = nullptr, int64_t first = 0,
+                                                              std::span<const int64_t> positions = {});
 // The MoE alone (docs/sound-bounds.md §14.1) on x [N, dim] (ffn_norm's output) under the selection
 // `experts` [N, n_activated] (the implementation's own, judged apart): each routed expert with its route
 // weight's interval, the shared expert, the clamped SwiGLU, the sum in any order. [N, dim] bf16.
