@@ -184,6 +184,10 @@ struct Gate {
   // Bounds at every row, not only where the two sides differ (rows_to_bound): a trace, and a soundness sweep
   // that judges the official's values everywhere.
   bool every_row = false;
+  // The side under test is a port's engine (v41_agreement_forced), not our reference: a tensor it did not
+  // show (empty) is not judged.
+  bool engine = false;
+  bool unseen(size_t ours) const { return engine && ours == 0; }
 
   // The rows of `rows` (each of `row_len` values) at which ours and the official's differ as bits: the rows
   // whose bounds can change a verdict. Where the two agree bitwise, ours is the result of the official's
@@ -251,7 +255,7 @@ struct Gate {
   // row_len > 0: an activation, its bf16 ulps in spacings of max(|element|, its row's RMS) (Budget).
   void values(int64_t layer, const std::string& kind, std::span<const double> ours, std::span<const double> official,
               int64_t row_len = 0) {
-    if (official.empty()) return;  // not captured
+    if (official.empty() || unseen(ours.size())) return;  // not captured, or not shown
     V41TensorAgreement& r = row(layer, kind);
     v41_compare_values(r, ours, official, (layer >= 0 ? fmt::format("layer {}", layer) : "") + step, row_len);
     v41_judge(r);
@@ -261,7 +265,7 @@ struct Gate {
   void bounded(int64_t layer, const std::string& kind, std::span<const double> ours, std::span<const double> official,
                std::span<const bounds::BoundedValue> admissible, int64_t row_len,
                const V41Straddles& straddles = {}, std::span<const bounds::BoundedValue> admissible_ours = {}) {
-    if (official.empty()) return;
+    if (official.empty() || unseen(ours.size())) return;
     V41TensorAgreement& r = row(layer, kind);
     const std::string placed = (layer >= 0 ? fmt::format("layer {}", layer) : "") + step;
     const std::string at = placed.starts_with(' ') ? placed.substr(1) : placed;
@@ -286,17 +290,21 @@ struct Gate {
   // The attention's two last ops, each on the official's own input to it (docs/sound-bounds.md §12, §13.1):
   // sparse_attn on its query, rows and index lists, the output projection on sparse_attn's output. Where
   // the file lacks them (the lean golden files) or the regime is f64, the sublayer on attn_x by budgets.
+  // The side's sparse_attn output and attn_out on the official's attn_x (attn_o_x, attn_out_x), its sparse_attn
+  // alone on the official's q, kv and index lists (attn_o) and its output projection alone on the official's
+  // sparse_attn output (attn_out): an engine that shows neither of the last two is judged on the whole
+  // attention by its budget.
   void attention_ops(int64_t l, const V41LayerCapture& o, int64_t N, std::span<const double> attn_o_x,
-                     std::span<const double> attn_out_x) {
+                     std::span<const double> attn_out_x, std::span<const double> attn_o, std::span<const double> attn_out) {
     const V41Config& c = model.config();
-    if (!bounds || o.attn_o.empty()) {
+    if (!bounds || o.attn_o.empty() || (attn_o.empty() && attn_out.empty())) {
       values(l, "attn_o (forced x)", attn_o_x, o.attn_o, c.head_dim);
       values(l, "attn_out (forced x)", attn_out_x, o.attn_out, c.dim);
       return;
     }
-    if (!o.attn_q.empty() && !o.attn_kv.empty() && !o.attn_idx.empty()) {
+    if (!o.attn_q.empty() && !o.attn_kv.empty() && !o.attn_idx.empty() && !unseen(attn_o.size())) {
       // Bounded per query and head where the two differ.
-      const std::vector<double> ours = model.attention_core(l, o.attn_q, o.attn_kv, o.attn_idx, N);
+      const std::span<const double> ours = attn_o;
       const std::vector<int64_t> heads = rows_to_bound(ours, o.attn_o, N * c.n_heads);
       std::vector<uint8_t> needed(static_cast<size_t>(N * c.n_heads), 0);
       for (int64_t th : heads) needed[static_cast<size_t>(th)] = 1;
@@ -307,8 +315,9 @@ struct Gate {
           if (!needed[i / static_cast<size_t>(c.head_dim)]) b[i] = {o.attn_o[i], {o.attn_o[i], o.attn_o[i]}, o.attn_o[i]};
       bounded(l, "attn_o (forced q, kv, idx)", ours, o.attn_o, b, c.head_dim);
     }
+    if (unseen(attn_out.size())) return;
     V41Straddles st;
-    const std::vector<double> ours = model.attention_output(l, o.attn_o, N);
+    const std::span<const double> ours = attn_out;
     const std::vector<int64_t> rows = rows_to_bound(ours, o.attn_out, N);
     const int64_t in_len = c.n_heads * c.head_dim;
     const auto admissible = spread(v41_attention_output_bounds(model, l, gather<double>(o.attn_o, rows, in_len),
@@ -425,6 +434,7 @@ struct Gate {
   void selection(int64_t l, const std::string& kind, int64_t N, int64_t n, Judge judge, const std::vector<int32_t>& ours,
                  const std::vector<int32_t>& official, int64_t k, const V41Straddles& st,
                  std::span<const bounds::Interval> scores, int64_t offset) {
+    if (unseen(ours.size())) return;
     V41TensorAgreement& r = row(l, kind);
     const std::string at = fmt::format("layer {}{}", l, step);
     const std::vector<int64_t> a(ours.begin(), ours.end()), b(official.begin(), official.end());
@@ -478,6 +488,7 @@ struct Gate {
              const std::string& prefix = "") {
     const V41Config& c = model.config();
     const bool last = next_in.empty();
+    if (unseen(ours.out.size())) return;
     // Each side's bounds are built from its own captures; the last block's collapse needs the FFN's pre too.
     const bool whole = v41_block_captured(c, o, N) && v41_block_captured(c, ours, N) &&
                        (!last || o.ffn_pre.size() == static_cast<size_t>(N * c.hc_mult));
@@ -686,6 +697,7 @@ struct Gate {
   // is not one the derivation covers, or in the f64 regime.
   void router(int64_t l, const std::string& prefix, std::span<const double> ffn_x, int64_t N, const V41LayerCapture& ours,
               const V41LayerCapture& o) {
+    if (unseen(ours.experts.size())) return;
     if (bounds && !o.experts.empty()) {
       const std::vector<int64_t> mine(ours.experts.begin(), ours.experts.end()), theirs(o.experts.begin(), o.experts.end());
       // Both rows first (row() may grow the table), then references to them.
@@ -731,7 +743,7 @@ struct Gate {
   template <class A, class B>
   void lists(int64_t layer, const std::string& kind, const std::vector<A>& ours, const std::vector<B>& official,
              std::span<const double> scores, int64_t offset, int64_t rows = 0) {
-    if (official.empty()) return;
+    if (official.empty() || unseen(ours.size())) return;
     V41TensorAgreement& r = row(layer, kind);
     const std::vector<int64_t> a(ours.begin(), ours.end()), b(official.begin(), official.end());
     const size_t noted = r.notes.size();
@@ -749,70 +761,109 @@ const std::vector<double>& official_input(const V41ForwardResult& r, const V41Pl
   return plan[l].engram ? c.engram_in : c.in;
 }
 
-void teacher_forced(Gate& g) {
-  g.pass = "teacher forced";
+// One layer judged, teacher forced: `ours` the side under test's layer on the official's inputs, `before`
+// the official's state before the layer and `after` it with the side's attention's publications (what its
+// index lists and selection read); `seed` what our layer hands to decode steps (our reference only).
+void judge_layer(Gate& g, int64_t l, const V41SharedAttention& before, const V41SharedAttention& after,
+                 const V41ForcedLayer& ours, const V41LayerCache* seed) {
   const V41Model& m = g.model;
   const V41Config& c = m.config();
   const V41RunFile& off = g.off;
   const int64_t N = off.result.N, L = c.n_layers;
-  // Our hash ids from the prompt, judged before each Engram layer consumes the official's.
-  const std::vector<int64_t> ids = m.engram_hash_ids(off.tokens, g.hashing);
-  int64_t engram_index = 0;
+  const LayerPlan& lp = m.plan()[l];
+  const V41LayerCapture& o = off.result.layers[static_cast<size_t>(l)];
+  const V41LayerCapture& block = ours.block;
+  if (lp.engram) g.lists(l, "hash_ids", ours.hash_ids, o.hash_ids, {}, 0);
+  if (lp.engram && g.bounds && !o.engram_in.empty() && !o.hash_ids.empty() && !o.in.empty()) {
+    // Engram on the official's streams and hash ids, ours on the hash ids it read.
+    const std::vector<int64_t> theirs(o.hash_ids.begin(), o.hash_ids.end());
+    const std::vector<int64_t> own = block.hash_ids.empty() ? theirs : std::vector<int64_t>(block.hash_ids.begin(), block.hash_ids.end());
+    g.bounded(l, "in", block.in, o.in, v41_engram_bounds(m, l, o.engram_in, theirs, N, *g.bounds), c.dim, {},
+              own == theirs || own.size() != theirs.size() ? std::vector<bounds::BoundedValue>{}
+                                                           : v41_engram_bounds(m, l, o.engram_in, own, N, *g.bounds));
+  } else if (lp.engram) {
+    g.values(l, "in", block.in, o.in, c.dim);
+  }
+  if (g.bounds && !o.in.empty() && !o.attn_x.empty())  // the collapse and attn_norm, each side on its own streams
+    g.bounded(l, "attn_x", block.attn_x, o.attn_x, v41_attn_x_bounds(m, l, o.in, o.pre_mix, N, *g.bounds), c.dim, {},
+              lp.engram && block.in.size() == o.in.size() ? v41_attn_x_bounds(m, l, block.in, o.pre_mix, N, *g.bounds)
+                                                          : std::vector<bounds::BoundedValue>{});
+  else
+    g.values(l, "attn_x", block.attn_x, o.attn_x, c.dim);
+  // Each sublayer on the official's own input: its differences are its own.
+  const V41LayerCapture& sa = ours.attention;
+  const std::vector<bounds::BoundedValue> window = g.query_and_window(l, o, N, sa);
+  if (off.decode && seed) g.decode_seed(l, lp, o.attn_x, block.attn_x, N, *seed, off.decode->seed[static_cast<size_t>(l)], window);
+  if (g.bounds && !g.engine)  // the index lists of the official's own selection (itself judged by its bounds)
+    g.lists(l, "attn_idx (forced selection)", g.index_lists(lp, o, after, N), o.attn_idx, {}, 0);
+  else  // an engine's own lists, built from its own selection
+    g.lists(l, "attn_idx (forced x)", sa.attn_idx, o.attn_idx, {}, 0);
+  g.compressor(l, lp, o, N, sa);
+  if (lp.owns_indexer) g.index_selection(l, lp, o, after, sa, N);
+
+  if (lp.candidate_source && !g.bounds) g.lists(l, "candidates (forced x)", sa.candidates, o.candidates, {}, 0);
+  g.attention_ops(l, o, N, sa.attn_o, ours.attn_out, ours.attn_o, ours.attn_out_of_o);
+  g.router(l, "", o.ffn_x, N, ours.moe, o);  // the selection first: ffn_out is judged under it
+  g.moe(l, "", o.ffn_x, N, ours.ffn_out, ours.moe, o);
+  V41ForwardResult h;
+  if (l + 1 == L && !block.out.empty()) m.head(block.out, block.ffn_pre, N, h);
+  g.block(l, o, block, N, l + 1 < L ? official_input(off.result, m.plan(), l + 1) : std::vector<double>{},
+          l + 1 < L ? off.result.layers[static_cast<size_t>(l + 1)].pre_mix : std::vector<double>{},
+          h.final_collapsed, off.result.final_collapsed);
+  (void)before;
+}
+
+// The layers in order, each given the official's state before it (its publications, from here on the
+// official's: a selection flip stays in its layer); `layer(l, shared, after, seed)` returns the side's layer l,
+// leaves in `after` (the state before it) what its attention published and may publish its block's own into
+// `shared` (kept where the run file lacks the official's).
+template <typename Layer>
+void forced_layers(Gate& g, Layer layer) {
+  g.pass = "teacher forced";
+  const V41Model& m = g.model;
+  const V41RunFile& off = g.off;
+  const int64_t N = off.result.N, L = m.config().n_layers;
   V41SharedAttention shared;
   for (int64_t l = 0; l < L; ++l) {
     const LayerPlan& lp = m.plan()[l];
     const V41LayerCapture& o = off.result.layers[static_cast<size_t>(l)];
-    if (lp.engram) g.lists(l, "hash_ids", m.engram_layer_hash_ids(ids, N, engram_index++), o.hash_ids, {}, 0);
     if (official_input(off.result, m.plan(), l).empty() || o.pre_mix.empty())
       throw InputError(fmt::format("v41 gate: the run file has no input streams or pre_mix for layer {}", l));
-    V41SharedAttention forced = shared;  // the state the layer starts from, for its attention alone
-    V41LayerCache seed;                  // what the layer hands to decode steps, when the file has them
-    const V41LayerCapture ours = m.run_layer(l, official_input(off.result, m.plan(), l), o.pre_mix, N, o.hash_ids, shared,
-                                             off.decode ? &seed : nullptr);
-    if (lp.engram && g.bounds && !o.engram_in.empty() && !o.hash_ids.empty() && !o.in.empty()) {
-      // Engram on the official's streams and hash ids, ours on our hash ids (judged above).
-      const std::vector<int64_t> theirs(o.hash_ids.begin(), o.hash_ids.end()), own(ours.hash_ids.begin(), ours.hash_ids.end());
-      g.bounded(l, "in", ours.in, o.in, v41_engram_bounds(m, l, o.engram_in, theirs, N, *g.bounds), c.dim, {},
-                own == theirs ? std::vector<bounds::BoundedValue>{} : v41_engram_bounds(m, l, o.engram_in, own, N, *g.bounds));
-    } else if (lp.engram) {
-      g.values(l, "in", ours.in, o.in, c.dim);
-    }
-    if (g.bounds && !o.in.empty() && !o.attn_x.empty())  // the collapse and attn_norm, each side on its own streams
-      g.bounded(l, "attn_x", ours.attn_x, o.attn_x, v41_attn_x_bounds(m, l, o.in, o.pre_mix, N, *g.bounds), c.dim, {},
-                lp.engram ? v41_attn_x_bounds(m, l, ours.in, o.pre_mix, N, *g.bounds) : std::vector<bounds::BoundedValue>{});
-    else
-      g.values(l, "attn_x", ours.attn_x, o.attn_x, c.dim);
-    // Each sublayer on the official's own input: its differences are its own.
-    V41LayerCapture sa;
-    const std::vector<double> ao = m.attention(l, o.attn_x, N, forced, sa);
-    const std::vector<bounds::BoundedValue> window = g.query_and_window(l, o, N, sa);
-    if (off.decode) g.decode_seed(l, lp, o.attn_x, ours.attn_x, N, seed, off.decode->seed[static_cast<size_t>(l)], window);
-    if (g.bounds)  // the index lists of the official's own selection (itself judged by its bounds)
-      g.lists(l, "attn_idx (forced selection)", g.index_lists(lp, o, forced, N), o.attn_idx, {}, 0);
-    else
-      g.lists(l, "attn_idx (forced x)", sa.attn_idx, o.attn_idx, {}, 0);
-    g.compressor(l, lp, o, N, sa);
-    if (lp.owns_indexer) g.index_selection(l, lp, o, forced, sa, N);
-
-    if (lp.candidate_source && !g.bounds) g.lists(l, "candidates (forced x)", sa.candidates, o.candidates, {}, 0);
-    g.attention_ops(l, o, N, sa.attn_o, ao);
-    V41LayerCapture sm;
-    const std::vector<double> mo = m.moe(l, o.ffn_x, N, sm);
-    g.router(l, "", o.ffn_x, N, sm, o);  // the selection first: ffn_out is judged under it
-    g.moe(l, "", o.ffn_x, N, mo, sm, o);
-    {
-      V41ForwardResult h;
-      if (l + 1 == L) m.head(ours.out, ours.ffn_pre, N, h);
-      g.block(l, o, ours, N, l + 1 < L ? official_input(off.result, m.plan(), l + 1) : std::vector<double>{},
-              l + 1 < L ? off.result.layers[static_cast<size_t>(l + 1)].pre_mix : std::vector<double>{},
-              h.final_collapsed, off.result.final_collapsed);
-    }
-    // What the layer published, the official's from here on: a selection flip stays in its layer.
+    const V41SharedAttention before = shared;
+    V41SharedAttention after = shared;
+    V41LayerCache seed;
+    const V41ForcedLayer ours = layer(l, shared, after, off.decode ? &seed : nullptr);
+    judge_layer(g, l, before, after, ours, off.decode && !g.engine ? &seed : nullptr);
     if (lp.owns_compressor && !o.compress_kv.empty()) shared.compress_kv = o.compress_kv;
     if (lp.owns_index_k && !o.index_k.empty()) shared.index_k = o.index_k;
     if (lp.owns_indexer && !o.topk_idxs.empty()) shared.topk_idxs.assign(o.topk_idxs.begin(), o.topk_idxs.end());
     if (lp.candidate_source && !o.candidates.empty()) shared.candidates.assign(o.candidates.begin(), o.candidates.end());
   }
+  (void)N;
+}
+
+void teacher_forced(Gate& g) {
+  const V41Model& m = g.model;
+  const V41RunFile& off = g.off;
+  const int64_t N = off.result.N;
+  // Our hash ids from the prompt, judged before each Engram layer consumes the official's.
+  const std::vector<int64_t> ids = m.engram_hash_ids(off.tokens, g.hashing);
+  int64_t engram_index = 0;
+  forced_layers(g, [&](int64_t l, V41SharedAttention& shared, V41SharedAttention& after, V41LayerCache* seed) {
+    const V41LayerCapture& o = off.result.layers[static_cast<size_t>(l)];
+    V41ForcedLayer f;
+    if (m.plan()[l].engram) {
+      const std::vector<int64_t> own = m.engram_layer_hash_ids(ids, N, engram_index++);
+      f.hash_ids.assign(own.begin(), own.end());
+    }
+    f.block = m.run_layer(l, official_input(off.result, m.plan(), l), o.pre_mix, N, o.hash_ids, shared, seed);
+    f.attn_out = m.attention(l, o.attn_x, N, after, f.attention);
+    if (!o.attn_q.empty() && !o.attn_kv.empty() && !o.attn_idx.empty())
+      f.attn_o = m.attention_core(l, o.attn_q, o.attn_kv, o.attn_idx, N);
+    if (!o.attn_o.empty()) f.attn_out_of_o = m.attention_output(l, o.attn_o, N);
+    f.ffn_out = m.moe(l, o.ffn_x, N, f.moe);
+    return f;
+  });
   g.head(off.result.final_collapsed, off.result.final_normed, off.result.logits, N, "", true);
 }
 
@@ -1118,6 +1169,31 @@ V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, co
     decode_teacher_forced(g);
     decode_end_to_end(g);
   }
+  return std::move(g.out);
+}
+
+V41Agreement v41_agreement_forced(const V41Model& model, const V41RunFile& official,
+                                  const std::function<V41ForcedLayer(int64_t, const V41SharedAttention&)>& layer,
+                                  const bounds::BoundModel& bounds, bool every_row) {
+  if (model.regime() != official.regime)
+    throw InputError(fmt::format("v41 gate: the model runs the {} regime, the run file is of the {} regime",
+                                 v41_regime_name(model.regime()), v41_regime_name(official.regime)));
+  if (static_cast<int64_t>(official.result.layers.size()) != model.config().n_layers)
+    throw InputError("v41 gate: the run file's layers are not the model's");
+  Gate g{model, official, v41_checkpoint_hashing(model.config()), {}, "", official.regime == V41Regime::f64 ? nullptr : &bounds, ""};
+  g.every_row = every_row;
+  g.engine = true;
+  forced_layers(g, [&](int64_t l, V41SharedAttention&, V41SharedAttention& after, V41LayerCache*) {
+    V41ForcedLayer f = layer(l, after);
+    // What the engine's attention published, as ours publishes it (its index lists and selection read it).
+    const LayerPlan& lp = model.plan()[l];
+    const V41LayerCapture& a = f.attention;
+    if (lp.owns_compressor && !a.compress_kv.empty()) after.compress_kv = a.compress_kv;
+    if (lp.owns_index_k && !a.index_k.empty()) after.index_k = a.index_k;
+    if (lp.owns_indexer && !a.topk_idxs.empty()) after.topk_idxs = a.topk_idxs;
+    if (lp.candidate_source && !a.candidates.empty()) after.candidates = a.candidates;
+    return f;
+  });
   return std::move(g.out);
 }
 

@@ -65,6 +65,32 @@ struct V41Agreement {
 V41Agreement v41_agreement(const V41Model& model, const V41RunFile& official, const bounds::BoundModel& bounds = {},
                            bool use_bounds = true, bool every_row = false);
 
+// One layer of the side under test, teacher forced (docs/v41.md §12.4): what our reference computes in
+// v41_agreement, or what a port's engine returned (python/ced/v41/gate.py). An empty tensor is one the side
+// did not show: v41_agreement_forced does not judge it.
+struct V41ForcedLayer {
+  std::vector<int64_t> hash_ids;   // its Engram's hash ids from the prompt (Engram layers)
+  V41LayerCapture block;           // the block on the official's input streams and pre_mix: in, attn_x, the hc
+                                   // mixes, ffn_x, out, ffn_pre (and the hash ids it read)
+  V41LayerCapture attention;       // the attention alone on the official's attn_x, after the official's layers
+                                   // below: attn_q, attn_kv, attn_idx, attn_o, latent, compress_kv, index_k,
+                                   // topk_idxs, candidates
+  std::vector<double> attn_out;    // its output [N, dim]
+  std::vector<double> attn_o;      // sparse_attn alone on the official's attn_q, attn_kv, attn_idx [N, H, head_dim]
+  std::vector<double> attn_out_of_o;  // the output projection alone on the official's attn_o [N, dim]
+  V41LayerCapture moe;             // the MoE alone on the official's ffn_x: experts, expert_weights
+  std::vector<double> ffn_out;     // its output [N, dim]
+};
+
+// The teacher-forced pass of v41_agreement with another side under test: `layer(l, before)` returns its layer
+// l fed the official's inputs, `before` the official's publications of the layers below (what model.py's
+// shared state holds there). Every kind judged as v41_agreement judges it, by the same bounds, with our
+// reference `model` computing them (and the final collapse of the side's last block); a tensor the side
+// did not show is not judged. Rows of the "teacher forced" pass only.
+V41Agreement v41_agreement_forced(const V41Model& model, const V41RunFile& official,
+                                  const std::function<V41ForcedLayer(int64_t, const V41SharedAttention&)>& layer,
+                                  const bounds::BoundModel& bounds = {}, bool every_row = false);
+
 // One judgement of our side by derived bounds, as the gate made it: what a driver that plants perturbations
 // on our side and judges them again reads (v41_bounds_power, docs/sound-bounds.md §10).
 struct V41BoundsRecord {
