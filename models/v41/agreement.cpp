@@ -357,7 +357,7 @@ struct Gate {
                        std::span<const int32_t>(sel).subspan(static_cast<size_t>(t * k), static_cast<size_t>(k)), N,
                        (t + 1) / ratio);
     }, mine.topk_idxs, o.topk_idxs, k, st, score_ours, N);
-    if (!lp.candidate_source || o.candidates.empty()) return;
+    if (!lp.candidate_source || o.candidates.empty() || unseen(mine.candidates.size())) return;
     // The pool: per query the blocks' largest scores, the block holding its last visible group pinned above all.
     const int64_t B = c.candidate_block_size, nb = (T + B - 1) / B, kb = std::min(c.candidate_topk_blocks, nb);
     auto blocks_of = [&](const std::vector<bounds::Interval>& sc) {

@@ -268,6 +268,22 @@ class Reference {
     cap.ffn_out = model_.moe(layer, in, N, cap);
     return capture_dict(cap, config(), N);
   }
+  // sparse_attn alone on q [N, H, head_dim], kv rows and index lists [N, k]: [N, H, head_dim].
+  py::object attention_core(int64_t layer, const Doubles& q, const Doubles& kv, const Ints& idx) {
+    check_layer(layer);
+    const int64_t H = config().n_heads, hd = config().head_dim, N = q.size() / (H * hd);
+    check_size("q", q.size(), N * H * hd);
+    const std::vector<int64_t> wide = ints(idx);
+    const std::vector<int32_t> lists(wide.begin(), wide.end());
+    return array_of(model_.attention_core(layer, doubles(q), doubles(kv), lists, N), {N, H, hd});
+  }
+  // The attention's output projection alone on sparse_attn's output o [N, H, head_dim]: [N, dim].
+  py::object attention_output(int64_t layer, const Doubles& o) {
+    check_layer(layer);
+    const int64_t H = config().n_heads, hd = config().head_dim, N = o.size() / (H * hd);
+    check_size("o", o.size(), N * H * hd);
+    return array_of(model_.attention_output(layer, doubles(o), N), {N, config().dim});
+  }
   // The final collapse with the last block's ffn_pre, norm and head.
   py::dict head(const Doubles& streams, const Doubles& pre_mix) {
     const int64_t N = pre_mix.size() / config().hc_mult;
@@ -355,6 +371,40 @@ py::dict agreement_dict(const V41TensorAgreement& r) {
   return o;
 }
 
+// What an engine showed of one of its passes (a dict of arrays or None, names as in docs/v41.md §9.3) as a
+// capture: every name it holds read; the rest left empty (not shown, not judged).
+V41LayerCapture capture_from(const py::object& d) {
+  V41LayerCapture c;
+  if (d.is_none()) return c;
+  const py::dict m = d.cast<py::dict>();
+  auto reals = [&](const char* name, std::vector<double>& to) {
+    if (m.contains(name) && !m[name].is_none()) to = doubles(m[name].cast<Doubles>());
+  };
+  auto whole = [&](const char* name, auto& to) {
+    if (!m.contains(name) || m[name].is_none()) return;
+    const std::vector<int64_t> v = ints(m[name].cast<Ints>());
+    to.assign(v.begin(), v.end());
+  };
+  for (auto [name, to] : std::initializer_list<std::pair<const char*, std::vector<double>*>>{
+           {"engram_in", &c.engram_in}, {"in", &c.in}, {"pre_mix", &c.pre_mix}, {"attn_pre", &c.attn_pre},
+           {"attn_post", &c.attn_post}, {"attn_comb", &c.attn_comb}, {"ffn_pre", &c.ffn_pre}, {"ffn_post", &c.ffn_post},
+           {"ffn_comb", &c.ffn_comb}, {"index_score", &c.index_score}, {"compress_kv", &c.compress_kv}, {"index_k", &c.index_k},
+           {"attn_x", &c.attn_x}, {"attn_out", &c.attn_out}, {"ffn_x", &c.ffn_x}, {"ffn_out", &c.ffn_out}, {"latent", &c.latent},
+           {"attn_q", &c.attn_q}, {"attn_kv", &c.attn_kv}, {"attn_o", &c.attn_o}, {"expert_weights", &c.expert_weights},
+           {"out", &c.out}})
+    reals(name, *to);
+  whole("hash_ids", c.hash_ids);
+  whole("topk_idxs", c.topk_idxs);
+  whole("candidates", c.candidates);
+  whole("attn_idx", c.attn_idx);
+  whole("experts", c.experts);
+  return c;
+}
+
+std::vector<double> doubles_at(const py::dict& d, const char* name) {
+  return d.contains(name) ? doubles_or_empty(d[name]) : std::vector<double>{};
+}
+
 }  // namespace
 
 void bind_v41(py::module_& m) {
@@ -435,6 +485,8 @@ void bind_v41(py::module_& m) {
       .def("run_layer", &Reference::run_layer)
       .def("attention", &Reference::attention)
       .def("moe", &Reference::moe)
+      .def("attention_core", &Reference::attention_core)
+      .def("attention_output", &Reference::attention_output)
       .def("head", &Reference::head)
       .def("head_collapsed", &Reference::head_collapsed)
       .def("layer_hash_ids", [](const Reference& r, int64_t layer, const Ints& tokens) {
@@ -520,5 +572,29 @@ void bind_v41(py::module_& m) {
     v41_judge(r);
     return agreement_dict(r);
   }, "Index lists row by row against the official's, judged by their kind's budget.");
+  m.def("v41_judge_teacher_forced", [](const Reference& ref, const std::string& golden, const py::function& layer) {
+    const V41RunFile off = read_v41_run_file(golden);
+    const V41Config& c = ref.model().config();
+    const int64_t N = off.result.N;
+    const V41Agreement a = v41_agreement_forced(ref.model(), off, [&](int64_t l, const V41SharedAttention& before) {
+      const py::dict d = layer(l, shared_dict(before, c, N)).cast<py::dict>();
+      V41ForcedLayer f;
+      if (d.contains("hash_ids") && !d["hash_ids"].is_none()) f.hash_ids = ints(d["hash_ids"].cast<Ints>());
+      f.block = capture_from(d.contains("block") ? py::object(d["block"]) : py::none());
+      f.attention = capture_from(d.contains("attention") ? py::object(d["attention"]) : py::none());
+      f.moe = capture_from(d.contains("moe") ? py::object(d["moe"]) : py::none());
+      f.attn_out = doubles_at(d, "attn_out");
+      f.attn_o = doubles_at(d, "attn_o");
+      f.attn_out_of_o = doubles_at(d, "attn_out_of_o");
+      f.ffn_out = doubles_at(d, "ffn_out");
+      return f;
+    });
+    py::list rows;
+    for (const V41TensorAgreement& r : a.rows) rows.append(agreement_dict(r));
+    return rows;
+  }, "The C++ gate's teacher-forced pass (docs/v41.md §12.4, docs/sound-bounds.md) with an engine as the side "
+     "under test: layer(l, shared) returns what it computed of layer l on the golden file's inputs (a dict: block, "
+     "attention, moe captures, attn_out, attn_o, attn_out_of_o, ffn_out, hash_ids; None or absent: not shown, not "
+     "judged). Every kind judged by the bounds the C++ gate uses; its rows as dicts.");
   m.def("v41_budget_kinds", [] { return v41_budget_kinds(); });
 }

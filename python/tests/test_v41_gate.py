@@ -26,8 +26,14 @@ def test_the_reference_through_the_protocol_passes_every_golden_file_of_its_regi
     assert len(rep.files) >= 7 and not rep.not_supported
     assert all({"release": "-fp8-", "bf16": "-bf16-"}[regime] in f for f in rep.files), rep.files  # its regime's only
     kinds = {v.kind for v in rep.verdicts}
-    assert {"out", "ffn_pre", "attn_out (forced x)", "topk_idxs (forced x)", "experts (forced x)",
+    assert {"in", "attn_x", "attn_q (forced x)", "attn_kv window (forced x)", "attn_o (forced q, kv, idx)",
+            "attn_out (forced o)", "latent (forced x)", "compress_kv (forced x)", "index_k (forced x)",
+            "topk_idxs (forced x)", "candidates (forced x)", "experts (forced x)", "expert_weights (forced x)",
+            "ffn_out (forced x)", "attn_pre", "ffn_x", "out", "ffn_pre", "final_collapsed", "logits (forced collapsed)",
             "logits (end to end)", "top-1 (last row)", "decode logits (end to end)"} <= kinds
+    # Every teacher-forced kind but the Sinkhorn's (reported) and the exact lists by the C++ gate's bounds.
+    budgets = {v.kind for v in rep.verdicts if v.pass_ == "teacher forced" and not v.budget.startswith("derived bounds")}
+    assert budgets <= {"attn_comb", "ffn_comb", "hash_ids", "attn_idx (forced x)", "next pre_mix"}, budgets
 
 
 # The ports' real bugs (docs/v41.md §12.5), each first failing at the layer and tensor the C++ gate names.
@@ -35,7 +41,7 @@ CONTROLS = [
     # the query's norm and its rotation fail at the query, now that the golden files carry it
     ("v4-q-norm", "tiny-fp8-n17.h5", 0, "attn_q (forced x)"),
     ("one-rope-theta", "tiny-fp8-n17.h5", 1, "attn_q (forced x)"),
-    ("unrotated-compressed-keys", "tiny-fp8-n17.h5", 1, "attn_kv (forced x)"),
+    ("unrotated-compressed-keys", "tiny-fp8-n17.h5", 1, "compress_kv (forced x)"),
     ("unclamped-shared-expert", "tiny-fp8-n17-hot.h5", 0, "ffn_out (forced x)"),
     ("mhc-same-sublayer", "tiny-fp8-n17.h5", 0, "attn_x"),
     ("v4-q-norm", "wide-bf16-n33.h5", 0, "attn_q (forced x)"),
@@ -501,3 +507,52 @@ def test_the_head_on_the_final_collapse_is_judged_by_derived_bounds(checkpoints)
     bad = v41.gate(Tilted(), files, checkpoints=checkpoints, quiet=True)
     assert any(v.kind == "logits (forced collapsed)" and not v.ok and "outside their admissible interval" in v.failure
                for v in bad.verdicts), str(bad)
+
+
+class OpOff:
+    """The reference with one output of one attention op moved by 5 % at one element of layer 1 (about 13 of its
+    bf16 steps): sparse_attn's (op "sparse_attn") or the output projection's (op "attention_output")."""
+
+    def __init__(self, inner, op):
+        self.inner, self.op = inner, op
+        self.name = f"{inner.name} with {op} off"
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def _off(self, op, layer, x):
+        x = np.array(x, dtype=np.float64)
+        if op == self.op and layer == 1:
+            x.flat[7] = x.flat[7] * 1.05 if x.flat[7] != 0 else 1.0
+        return x
+
+    def sparse_attn(self, layer, q, kv, idx):
+        return self._off("sparse_attn", layer, self.inner.sparse_attn(layer, q, kv, idx))
+
+    def attention_output(self, layer, o):
+        return self._off("attention_output", layer, self.inner.attention_output(layer, o))
+
+
+@pytest.mark.parametrize("op,kind", [("sparse_attn", "attn_o (forced q, kv, idx)"),
+                                     ("attention_output", "attn_out (forced o)")])
+def test_an_attention_op_off_fails_at_its_op_by_the_c_gates_bounds(op, kind, checkpoints):
+    rep = v41.gate(OpOff(v41.ReferenceEngine(), op), [golden("tiny-fp8-n17.h5")], checkpoints=checkpoints, quiet=True)
+    f = rep.first_failure
+    assert f is not None and (f.layer, f.kind) == (1, kind), str(rep)
+    assert f.budget.startswith("derived bounds") and "outside their admissible interval" in f.failure, f.line()
+
+
+class NoOps(OpOff):
+    """The reference without the ``ops`` capability: its attention is judged whole, by its budget."""
+    capabilities = v41.ReferenceEngine.capabilities - {"ops"}
+
+    def __init__(self, inner):
+        super().__init__(inner, "")
+
+
+def test_an_engine_without_ops_has_its_attention_judged_whole_by_the_budget(checkpoints):
+    rep = v41.gate(NoOps(v41.ReferenceEngine()), [golden("tiny-fp8-n17.h5")], checkpoints=checkpoints, quiet=True)
+    assert rep.passed, str(rep)
+    kinds = {v.kind: v.budget for v in rep.verdicts if v.pass_ == "teacher forced"}
+    assert "attn_out (forced x)" in kinds and not kinds["attn_out (forced x)"].startswith("derived bounds"), kinds
+    assert "attn_out (forced o)" not in kinds and "attn_q (forced x)" in kinds

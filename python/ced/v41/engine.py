@@ -21,6 +21,10 @@ Capabilities:
     published (teacher forcing): the gate's layer-by-layer comparison, which keeps a rounding flip in its layer.
 ``sublayers``
     :meth:`Engine.attention` and :meth:`Engine.moe`: each sublayer alone on the official's own input.
+``ops``
+    :meth:`Engine.sparse_attn` and :meth:`Engine.attention_output`: the attention's last two ops alone, each on
+    the official's own input to it, so each is judged by bounds derived from that input (with ``sublayers``
+    only, the attention's output is judged whole, by its measured budget).
 ``decode``
     :meth:`Engine.decode`: decode steps after the last prefill (or CED prefill, or resume).
 ``ced``
@@ -38,7 +42,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-CAPABILITIES = ("prefill", "selections", "layer", "sublayers", "decode", "ced", "resume", "batch_invariant")
+CAPABILITIES = ("prefill", "selections", "layer", "sublayers", "ops", "decode", "ced", "resume", "batch_invariant")
 
 
 class NotSupported(Exception):
@@ -157,6 +161,17 @@ class Engine:
         """The attention of ``layer`` alone on ``x`` [N, dim] (attn_norm's output): ``{"attn_out": [N, dim]}``
         and what it can show of ``topk_idxs``, ``compress_kv``, ``index_k``, ``candidates``."""
         raise NotSupported("sublayers")
+
+    def sparse_attn(self, layer: int, q: np.ndarray, kv: np.ndarray, idx: np.ndarray) -> Any:
+        """sparse_attn of ``layer`` alone: the query ``q`` [N, n_heads, head_dim] (after the RoPE), the rows ``kv``
+        (window KV, then compressed KV) and the index lists ``idx`` [N, k] into them (-1: none), with the layer's
+        sink: its output [N, n_heads, head_dim], before the inverse RoPE."""
+        raise NotSupported("ops")
+
+    def attention_output(self, layer: int, o: np.ndarray) -> Any:
+        """The attention's output projection of ``layer`` alone on sparse_attn's output ``o`` [N, n_heads,
+        head_dim] at positions 0 .. N - 1: the inverse RoPE, wo_a by groups, wo_b; [N, dim]."""
+        raise NotSupported("ops")
 
     def moe(self, layer: int, x: np.ndarray) -> Mapping[str, Any]:
         """The MoE of ``layer`` alone on ``x`` [N, dim] (ffn_norm's output): ``{"ffn_out": [N, dim],

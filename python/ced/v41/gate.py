@@ -2,10 +2,12 @@
 
 Teacher forced where the engine can (capability ``layer``): every block is fed the official run's input
 streams, ``pre_mix``, tokens and what the official layers below it published, so one rounding flip stays in
-its layer; with ``sublayers`` each sublayer is also fed the official's own input. Every tensor is judged by the
-budget its kind has in the project's own gate against the official code (the C++ judge, docs/v41.md §12.4),
-which names the cause each budget allows for. End to end always: the logits, the top-1 with a near-tie excuse,
-and (with ``selections``) the first layer whose selection or expert choice differs.
+its layer; with ``sublayers`` each sublayer is also fed the official's own input, with ``ops`` sparse_attn and
+the output projection too. The engine's answers are judged by the project's C++ judge, the one its own gate
+against the official code uses: every tensor against the results some legitimate order of evaluation could
+give from the official's input to its op (docs/sound-bounds.md), every selection against its score intervals.
+End to end always: the logits, the top-1 with a near-tie excuse, and (with ``selections``) the first layer
+whose selection or expert choice differs.
 """
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from .reference import ReferenceEngine
 class Policy:
     """The bounds the gate adds to the per-kind budgets, each with its reason.
 
-    ``tie_ulps``: a selection row that differs is a near-tie, excused and named, when every position only one
+    ``tie_ulps``: (a blocks-only engine's selections; with ``sublayers`` the score intervals judge) a selection
+    row that differs is a near-tie, excused and named, when every position only one
     side selected scores within this many bf16 spacings of the row's boundary score under the reference
     (release index scores are bf16 values: two positions a spacing apart swap on a one-ulp flip of a query).
     ``top1_margin``: an end-to-end top-1 flip at the last row is excused when the official top-1/top-2 margin is
@@ -275,49 +278,77 @@ class _Judge:
                                      bitwise=float(a == b), budget="policy top1_margin", notes=notes))
 
 
+def _arrays(d: Any) -> dict:
+    """An engine's answer as numpy arrays by name (None kept: not shown)."""
+    return {k: as_array(v, np.int64 if k in _INDEX_KINDS else np.float64) for k, v in dict(d or {}).items()
+            if k in _CAPTURE_KINDS}
+
+
+_INDEX_KINDS = frozenset({"hash_ids", "topk_idxs", "candidates", "attn_idx", "experts"})
+_CAPTURE_KINDS = _INDEX_KINDS | frozenset({
+    "engram_in", "in", "attn_pre", "attn_post", "attn_comb", "ffn_pre", "ffn_post", "ffn_comb", "compress_kv", "index_k",
+    "attn_x", "attn_out", "ffn_x", "ffn_out", "latent", "attn_q", "attn_kv", "attn_o", "expert_weights", "out"})
+
+
+def _shape_of(kind: str, layer: int, run: GoldenRun, plan: dict, layers: list) -> tuple:
+    """The official tensor a kind of the C++ judge compares, for placing its flat element index."""
+    name = kind.split(" (")[0].replace(" window", "")
+    if name == "out" and layer + 1 < len(layers):
+        return np.shape(_official_input(run, plan, layers, layer + 1))
+    if name == "final_collapsed":
+        return np.shape(run.result["final_collapsed"])
+    c = layers[layer].get(name) if 0 <= layer < len(layers) else None
+    return () if c is None else np.shape(c)
+
+
 def _teacher_forced(j: _Judge, engine: Any, caps: frozenset, plan: dict) -> None:
+    """Every layer fed the official's inputs and judged by the C++ gate's own judge (docs/sound-bounds.md): the
+    block's streams, mixes and the final collapse by bounds from each side's own captures; with ``sublayers``
+    each sublayer's ops (the query and window KV, the compressor, the selection, the router and the MoE) by
+    bounds from the official's input to them; with ``ops`` sparse_attn and the output projection alone. A
+    blocks-only engine's publications and experts come from its own sublayer inputs, which the bounds of the
+    official's do not cover: they keep their budgets."""
     j.pass_ = "teacher forced"
     run, res = j.run, j.run.result
-    layers, N, dim = res["layers"], len(run.tokens), plan["dim"]
-    L = plan["L"]
-    for l in range(L):
-        lp, o = plan["layers"][l], layers[l]
-        shared = _shared_below(plan, layers, l)
+    layers, N = res["layers"], len(run.tokens)
+    blocks_only: dict = {}
+
+    def layer(l: int, before: dict) -> dict:
+        shared = Shared(**before)
+        o = layers[l]
         out = layer_out_of(engine.layer(l, _official_input(run, plan, layers, l), o["pre_mix"], run.tokens, shared))
-        if lp["engram"]:
-            j.values(l, "in", out.captures.get("in"), o["in"], dim)
-        j.values(l, "attn_x", out.captures.get("attn_x"), o["attn_x"], dim)
-        def scores():  # the reference's index scores on the official input: the near-tie test (asked this layer)
-            return j.reference.attention(l, o["attn_x"], shared).get("index_score")
+        block = _arrays(out.captures)
+        block["out"], block["ffn_pre"] = as_array(out.out), as_array(out.ffn_pre)
+        d = {"block": block, "hash_ids": block.get("hash_ids")}
         if "sublayers" in caps:
             a = dict(engine.attention(l, o["attn_x"], shared))
-            j.values(l, "attn_q (forced x)", a.get("attn_q"), o["attn_q"], plan["head_dim"])
-            j.values(l, "attn_kv (forced x)", a.get("attn_kv"), o["attn_kv"])
-            j.rows(l, "attn_idx (forced x)", a.get("attn_idx"), o["attn_idx"])
-            if lp["owns_compressor"]:
-                j.values(l, "latent (forced x)", a.get("latent"), o["latent"], plan["head_dim"])
-            published = a
-            j.values(l, "attn_out (forced x)", a.get("attn_out"), o["attn_out"], dim)
             m = dict(engine.moe(l, o["ffn_x"]))
-            j.values(l, "ffn_out (forced x)", m.get("ffn_out"), o["ffn_out"], dim)
-            j.router(l, o["ffn_x"], m.get("experts"), m.get("expert_weights"), o["experts"], o["expert_weights"])
+            d.update(attention=_arrays(a), attn_out=as_array(a.get("attn_out")), moe=_arrays(m),
+                     ffn_out=as_array(m.get("ffn_out")))
         else:
-            published = dict(out.published)
-            j.rows(l, "experts (forced x)", out.captures.get("experts"), o["experts"])
+            blocks_only[l] = (dict(out.published), out.captures.get("experts"))
+        if "ops" in caps:
+            if all(o.get(k) is not None for k in ("attn_q", "attn_kv", "attn_idx")):
+                d["attn_o"] = as_array(engine.sparse_attn(l, o["attn_q"], o["attn_kv"], o["attn_idx"]))
+            if o.get("attn_o") is not None:
+                d["attn_out_of_o"] = as_array(engine.attention_output(l, o["attn_o"]))
+        return d
+
+    for d in _core.v41_judge_teacher_forced(j.reference.model, str(run.path), layer):
+        d["where"] = _placed(d["where"], _shape_of(d["kind"], d["layer"], run, plan, layers))
+        j._add(d)
+    for l, (published, experts) in sorted(blocks_only.items()):  # by budgets (see above)
+        lp, o = plan["layers"][l], layers[l]
+        j.rows(l, "experts (forced x)", experts, o["experts"])
         if lp["owns_indexer"]:
-            j.rows(l, "topk_idxs (forced x)", published.get("topk_idxs"), o["topk_idxs"], N, scores)
+            j.rows(l, "topk_idxs (forced x)", published.get("topk_idxs"), o["topk_idxs"], N,
+                   lambda l=l: j.reference.attention(l, o["attn_x"], _shared_below(plan, layers, l)).get("index_score"))
         if lp["owns_compressor"]:
             j.values(l, "compress_kv (forced x)", published.get("compress_kv"), o["compress_kv"])
         if lp["owns_index_k"]:
             j.values(l, "index_k (forced x)", published.get("index_k"), o["index_k"])
         if lp["candidate_source"]:
             j.rows(l, "candidates (forced x)", published.get("candidates"), o["candidates"])
-        if l + 1 < L:
-            j.values(l, "out", out.out, _official_input(run, plan, layers, l + 1), dim)
-            j.values(l, "ffn_pre", out.ffn_pre, layers[l + 1]["pre_mix"])
-        else:  # the reference's final collapse of the engine's last block
-            h = j.reference.model.head(as_array(out.out), as_array(out.ffn_pre))
-            j.values(l, "final_collapsed", h["final_collapsed"], res["final_collapsed"], dim)
     try:
         logits = engine.head(res["final_collapsed"])
         j.head(res["final_collapsed"], logits, res["logits"], plan["vocab_size"])

@@ -19,7 +19,8 @@ import numpy as np
 
 from .engine import LayerOut, NotSupported, Prefill, Shared, as_array
 
-_METHODS = ("prefill", "prefill_ced", "resume", "decode", "layer", "head", "attention", "moe")
+_METHODS = ("prefill", "prefill_ced", "resume", "decode", "layer", "head", "attention", "moe", "sparse_attn",
+            "attention_output")
 _ATTRS = ("name", "regime", "capabilities", "convention", "encoder_replay")
 
 

@@ -13,14 +13,15 @@ from .. import _core
 from .engine import Engine, LayerOut, Prefill, Shared
 
 _PUBLISHED = ("compress_kv", "index_k", "topk_idxs", "candidates")
-_SHOWN = ("in", "attn_x", "attn_out", "ffn_x", "ffn_out", "experts", "expert_weights")
+_SHOWN = ("in", "attn_x", "attn_out", "ffn_x", "ffn_out", "experts", "expert_weights", "hash_ids", "attn_pre", "attn_post",
+          "attn_comb", "ffn_post", "ffn_comb")
 _ATTENTION = ("attn_q", "attn_kv", "attn_idx", "attn_o", "latent", "index_score") + _PUBLISHED
 
 
 class ReferenceEngine(Engine):
     """``ced run --checkpoint DIR --regime R`` through the protocol. ``fault``: a planted port bug
     (:func:`ced.v41.faults`), for the negative controls."""
-    capabilities = frozenset({"prefill", "selections", "layer", "sublayers", "decode", "ced", "resume",
+    capabilities = frozenset({"prefill", "selections", "layer", "sublayers", "ops", "decode", "ced", "resume",
                               "batch_invariant"})
 
     def __init__(self, regime: str = "release", fault: Optional[str] = None, convention: str = "sglang",
@@ -59,6 +60,12 @@ class ReferenceEngine(Engine):
     def attention(self, layer, x, shared: Shared):
         cap = self.model.attention(layer, x, shared.as_dict())
         return {k: cap[k] for k in _ATTENTION + ("attn_out",) if cap[k] is not None}
+
+    def sparse_attn(self, layer, q, kv, idx):
+        return self.model.attention_core(layer, q, kv, np.asarray(idx, dtype=np.int64))
+
+    def attention_output(self, layer, o):
+        return self.model.attention_output(layer, o)
 
     def moe(self, layer, x):
         cap = self.model.moe(layer, x)
