@@ -17,6 +17,7 @@
 #include "models/family.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/run_file.hpp"
+#include "models/v41/boundary_lengths.hpp"
 #include "models/v41/spans.hpp"
 #include "oracle/v41_oracle.hpp"
 #include "tools/common.hpp"
@@ -293,6 +294,10 @@ int spans_v41(const V41SpansOptions& o) {
       std::printf("%-10s %-9s %-10s %4lld %11lld %12lld\n", conv->name, conv->all_layers ? "layer 0" : "layer E",
                   conv->floor_first_layer ? "floored" : "whole", (long long)v41::v41_floored_layers(p, *conv),
                   (long long)v41::v41_exact_span(p, *conv), (long long)v41::v41_exact_decode_span(p, *conv));
+    // Where the config's constants change what a layer does: the lengths a port's tests must reach.
+    std::printf("boundary lengths (docs/v41.md §13.10: each constant - 1, itself, + 1):\n");
+    for (const v41::V41BoundaryLength& b : v41::v41_boundary_lengths(c, p))
+      std::printf("%8lld  %s\n", (long long)b.n, fmt::format("{}", fmt::join(b.why, "; ")).c_str());
     return 0;
   }
   const v41::V41Regime regime = v41::v41_regime_from_name(o.regime);

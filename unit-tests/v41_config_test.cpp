@@ -10,10 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "model/error.hpp"
+#include "models/v41/boundary_lengths.hpp"
 #include "models/v41/config.hpp"
+#include "models/v41/forward.hpp"
 #include "models/v41/plan.hpp"
 
 using namespace ced::v41;
@@ -767,4 +770,29 @@ TEST(V41Plan, DescribesOneLinePerLayer) {
   EXPECT_EQ(std::count(s.begin(), s.end(), '\n'), 2 + 6);
   EXPECT_NE(s.find("L = 6, E = 3, D = 3, W = 16, R = 46"), std::string::npos);
   EXPECT_NE(s.find("Reindex"), std::string::npos);
+}
+
+// The boundary lengths of v41-tiny, each constant's neighbours with its reason: the window's and 2W's, the
+// top-k's at both index ratios, the candidate pool's (3 blocks of 4 groups at ratio 1), ratio 2's first group,
+// the Engram n-gram size's and every convention's exact span; nothing in between.
+TEST(V41BoundaryLengths, TinysConstantsEachGiveTheirNeighboursWithTheirReason) {
+  const V41Config c = v41_builtin_config("v41-tiny");
+  const V41Plan p = make_v41_plan(c);
+  const std::vector<V41BoundaryLength> b = v41_boundary_lengths(c, p);
+  std::map<int64_t, std::string> why;
+  for (const V41BoundaryLength& l : b) why[l.n] = fmt::format("{}", fmt::join(l.why, "; "));
+  for (int64_t n : {15, 16, 17, 31, 32, 33}) EXPECT_TRUE(why.count(n)) << n;
+  EXPECT_NE(why[16].find("W = 16"), std::string::npos) << why[16];
+  EXPECT_NE(why[16].find("index_topk × ratio = 8 × 2"), std::string::npos) << why[16];
+  EXPECT_NE(why[12].find("the candidate pool: 3 blocks × 4 groups × ratio 1"), std::string::npos) << why[12];
+  EXPECT_NE(why[8].find("index_topk × ratio = 8 × 1"), std::string::npos) << why[8];
+  EXPECT_NE(why[2].find("ratio 2: the first whole group"), std::string::npos) << why[2];
+  EXPECT_NE(why[c.engram_max_ngram_size].find("n-gram size"), std::string::npos);
+  for (const V41ReplayConvention& conv : v41_replay_conventions())
+    EXPECT_NE(why[v41_exact_span(p, conv)].find(conv.name), std::string::npos) << conv.name;
+  EXPECT_FALSE(why.count(20)) << why[20];  // between the constants
+  for (size_t i = 1; i < b.size(); ++i) EXPECT_LT(b[i - 1].n, b[i].n);
+  std::string all;
+  for (const V41BoundaryLength& l : b) all += fmt::format("{} ", l.n);
+  RecordProperty("lengths", all);
 }

@@ -1342,10 +1342,10 @@ TEST(V41BoundsTrace, TheTracedPassRecordsEveryBoundsKindWithOurSideInsideAsTheGa
 
 namespace {
 
-// The lengths where v41-tiny's constants change what a layer does (W = 16, index_topk 8 at ratio 2, a pool
-// of 3 blocks of 4 groups, ratio-2 group edges): W − 1, W, W + 1, the pool's groups at ratio 2 (24) and
-// one past (an open group), 2W, 2W + 1.
-constexpr int64_t kFreshLengths[] = {15, 16, 17, 24, 25, 32, 33};
+// Lengths where v41-tiny's constants change what a layer does (v41_boundary_lengths, docs/v41.md §13.10): the
+// candidate pool (3 blocks of 4 groups at ratio 1) and one past, W − 1, W = index_topk × ratio 2, W + 1 (an
+// open ratio-2 group), 2W, 2W + 1.
+constexpr int64_t kFreshLengths[] = {12, 13, 15, 16, 17, 32, 33};
 
 // A run file of the reference's own forward on a fresh checkpoint (`ced export`'s random weights of
 // `seed`) and prompt: every capture, as a golden file carries the official's, so the sweep feeds each
