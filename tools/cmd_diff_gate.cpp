@@ -10,6 +10,7 @@
 #include "model/error.hpp"
 #include "compare/run_compare.hpp"
 #include "tools/common.hpp"
+#include "tools/v41_commands.hpp"
 #include "golden/golden_calibration.hpp"
 #include "golden/golden_set.hpp"
 
@@ -127,7 +128,25 @@ Runner add_gate(CLI::App& app) {
   sub->add_option("--only", o->only, "FILE or FILE:RUN")->check(non_empty());
   sub->add_flag("-v,--verbose", o->verbose, "print every tensor's metrics");
   sub->add_option("--fault", *fault, "test only: inject a fault into the backend")->group("");
-  return {sub, [o, dir, fault] {
+  auto v41 = std::make_shared<V41GateOptions>();
+  sub->add_option("--accumulation", v41->accumulation,
+                  "v41 golden files: the bound model's accumulation, fp32 or tensor-core:BITS:INTERVAL (docs/sound-bounds.md)")
+      ->capture_default_str();
+  sub->add_option("--function-ulps", v41->function_ulps, "v41 golden files: exp, rsqrt, ... within K ulps")
+      ->capture_default_str();
+  return {sub, [o, dir, fault, v41, sub] {
+            if (is_v41_golden_dir(*dir)) {  // the release's golden files: the v41 gate (docs/v41.md §12.4)
+              if (sub->count("--backend") || sub->count("--policy"))
+                throw InputError("ced gate on v41 golden files: --backend and --policy are the lab family's; the v41 "
+                                 "gate judges our reference by derived bounds (a port: python -m pytest --ced-engine)");
+              v41->dir = *dir;
+              v41->only = o->only;
+              v41->verbose = o->verbose;
+              v41->fault = *fault;
+              return gate_v41(*v41);
+            }
+            if (sub->count("--accumulation") || sub->count("--function-ulps"))
+              throw InputError("--accumulation and --function-ulps judge v41 golden files; " + *dir + " is not a v41 golden folder");
             o->dir = *dir;
             o->fault = parse_fault(*fault);
             std::printf("ced gate: golden %s, backend %s\n", o->dir.c_str(), o->backend.c_str());

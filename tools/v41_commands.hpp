@@ -102,6 +102,18 @@ void verify_v41(const std::string& config, const std::string& golden_dir, bool s
 // Its golden gate alone (docs/v41.md §12.3): every golden file of the folder against our reference, one
 // line each; a folder with no golden file (missing or empty) is a failure naming it, never a pass.
 void verify_v41_golden(const std::string& golden_dir, std::vector<std::string>& failures);
+// `ced gate --golden DIR` on a folder of v41 golden files (is_v41_golden_dir: no policy.toml, its first file a
+// v41 run file): each file (or `only`) judged by the gate against our reference under the bound model, one
+// line each, the first failure and the command that reproduces it; -v each file's table. Exit 1 when one fails.
+struct V41GateOptions {
+  std::string dir, only;
+  bool verbose = false;
+  std::string accumulation = "fp32";
+  double function_ulps = 2;
+  std::string fault = "none";  // test only: a planted v41 fault in our reference
+};
+bool is_v41_golden_dir(const std::string& dir);
+int gate_v41(const V41GateOptions& o);
 // A planted v41 fault (v41_fault_names) and the check (v41_ced_checks) that must fail with it.
 struct V41PlantedBug {
   std::string fault, check;

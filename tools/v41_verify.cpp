@@ -10,6 +10,8 @@
 
 #include "checks/v41_ced_checks.hpp"
 #include "compare/compare.hpp"
+#include "compare/op_bounds.hpp"
+#include "model/error.hpp"
 #include "models/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/run_file.hpp"
@@ -76,6 +78,63 @@ void golden_gate(const fs::path& dir, std::vector<std::string>& failures) {
     report(failures, "golden", fmt::format("{} ({} tensors compared)", f.filename().string(), a.rows.size()), msg);
   }
 }
+
+}  // namespace
+
+bool is_v41_golden_dir(const std::string& dir) {
+  if (!fs::is_directory(dir) || fs::exists(fs::path(dir) / "policy.toml")) return false;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".h5") files.push_back(e.path());
+  if (files.empty()) return false;
+  std::sort(files.begin(), files.end());
+  try {
+    (void)v41::read_v41_run_file(files.front());
+    return true;
+  } catch (const InputError&) {
+    return false;
+  }
+}
+
+int gate_v41(const V41GateOptions& o) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(o.dir))
+    if (e.path().extension() == ".h5" && (o.only.empty() || e.path().filename() == o.only)) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  if (files.empty())
+    throw InputError(o.only.empty() ? fmt::format("ced gate: no golden file in {}", o.dir)
+                                    : fmt::format("--only {}: no such golden file in {}", o.only, o.dir));
+  const bounds::BoundModel model = bounds::parse_bound_model(o.accumulation, o.function_ulps);
+  std::printf("ced gate: golden %s (v41 family: our reference against DeepSeek's official code, docs/v41.md §12.4), "
+              "bounds %s%s\n", o.dir.c_str(), model.name().c_str(),
+              o.fault == "none" ? "" : fmt::format(", fault {} planted", o.fault).c_str());
+  int64_t failed = 0;
+  for (const fs::path& f : files) {
+    const v41::V41RunFile file = v41::read_v41_run_file(f);
+    const v41::V41Checkpoint ck = v41::v41_golden_checkpoint(file);
+    v41::V41Model m(ck.config, ck.weights, file.regime);
+    m.set_fault(v41::v41_fault_from_name(o.fault));
+    const v41::V41Agreement a = v41::v41_agreement(m, file, model);
+    int64_t bounded = 0;
+    for (const v41::V41TensorAgreement& r : a.rows) bounded += !r.bound_model.empty();
+    const v41::V41TensorAgreement* bad = a.first_failure();
+    std::printf("%-4s %s (%s, N = %zu): %zu tensors judged, %lld by derived bounds\n", bad ? "FAIL" : "ok",
+                f.filename().string().c_str(), v41::v41_regime_name(file.regime), file.tokens.size(), a.rows.size(),
+                (long long)bounded);
+    if (bad) {
+      ++failed;
+      std::printf("  first failure: %s layer %lld %s: %s\n  reproduce: ced gate --golden %s --only %s -v%s\n",
+                  bad->pass.c_str(), (long long)bad->layer, bad->kind.c_str(), bad->failure.c_str(), o.dir.c_str(),
+                  f.filename().string().c_str(), o.fault == "none" ? "" : (" --fault " + o.fault).c_str());
+    }
+    if (o.verbose) std::fputs(v41::v41_agreement_table(a).c_str(), stdout);
+  }
+  std::printf("%zu files, %zu passed, %lld failed\n", files.size(), files.size() - static_cast<size_t>(failed),
+              (long long)failed);
+  return failed ? 1 : 0;
+}
+
+namespace {
 
 // Each convention's bounded replay and each encoder-replay rule's resume against exact recovery.
 void drift(const v41::V41Config& c, std::vector<std::string>& failures) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "model/error.hpp"
 #include "tools/v41_cache_hit.hpp"
 #include "tools/v41_commands.hpp"
 #include "tools/v41_study.hpp"
@@ -95,6 +96,35 @@ TEST(V41VerifyGolden, AFolderWithOneGoldenFileIsGatedAndPasses) {
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_TRUE(failures.empty()) << failures[0];
   EXPECT_NE(out.find("ok   golden       tiny-bf16-n1.h5 ("), std::string::npos) << out;
+}
+
+// `ced gate --golden DIR` takes the v41 gate where DIR is a folder of v41 golden files (no policy.toml, a v41
+// run file first) and the lab's gate where it holds the lab's policy.
+TEST(V41GateCommand, TheV41GoldenFolderIsRecognisedAndTheLabOneIsNot) {
+  EXPECT_TRUE(ced::tools::is_v41_golden_dir(CED_V41_GOLDEN_DIR));
+  EXPECT_FALSE(ced::tools::is_v41_golden_dir(fs::path(CED_V41_GOLDEN_DIR).parent_path().string()));
+  EXPECT_FALSE(ced::tools::is_v41_golden_dir(scratch("empty").string()));
+}
+
+// One golden file passes `ced gate` and the same file with a port's bug planted in our reference (the v4
+// q_norm) fails, at the query of layer 0, naming the command that reproduces it.
+TEST(V41GateCommand, AGoldenFilePassesAndAPlantedPortBugFailsAtItsOpWithItsReproduceCommand) {
+  ced::tools::V41GateOptions o;
+  o.dir = CED_V41_GOLDEN_DIR;
+  o.only = "tiny-fp8-n17.h5";
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(ced::tools::gate_v41(o), 0);
+  std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("ok   tiny-fp8-n17.h5 (release, N = 17)"), std::string::npos) << out;
+  EXPECT_NE(out.find("1 files, 1 passed, 0 failed"), std::string::npos) << out;
+  o.fault = "v4-q-norm";
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(ced::tools::gate_v41(o), 1);
+  out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("first failure: teacher forced layer 0 attn_q (forced x):"), std::string::npos) << out;
+  EXPECT_NE(out.find("reproduce: ced gate --golden"), std::string::npos) << out;
+  o.only = "no-such.h5";
+  EXPECT_THROW(ced::tools::gate_v41(o), ced::InputError);
 }
 
 // A row is every token seed's verdict: the first seed's failed claim is not washed out by the last seed's
