@@ -58,7 +58,17 @@ Runner add_diff(CLI::App& app) {
   sub->add_option("--run", o->run, "compare only this run")->check(non_empty());
   sub->add_flag("--json", o->json, "print JSON");
   sub->add_flag("-v,--verbose", o->verbose, "list every tensor, not only failures");
-  return {sub, [o] {
+  auto checkpoint = std::make_shared<std::string>();
+  sub->add_option("--checkpoint", *checkpoint, "v41 run files: the checkpoint folder B ran (default: B's weight seed)")
+      ->check(non_empty());
+  return {sub, [o, checkpoint] {
+            if (is_v41_run_file(o->a) || is_v41_run_file(o->b)) {  // the release's run files (docs/v41.md §12.7)
+              if (!o->policy.empty() || !o->run.empty() || o->json)
+                throw InputError("ced diff on v41 run files: --policy, --run and --json are the lab family's; the v41 "
+                                 "diff judges each op by derived bounds");
+              return diff_v41({o->a, o->b, *checkpoint, o->verbose});
+            }
+            if (!checkpoint->empty()) throw InputError("--checkpoint is for v41 run files");
             const RunFile a = read_untrusted_run_file(o->a), b = read_untrusted_run_file(o->b);
             const Policy policy = o->policy.empty() ? exact_policy() : load_policy_file(o->policy);
             std::vector<std::pair<const NamedRun*, const NamedRun*>> pairs;

@@ -113,6 +113,16 @@ struct V41GateOptions {
   std::string fault = "none";  // test only: a planted v41 fault in our reference
 };
 bool is_v41_golden_dir(const std::string& dir);
+
+// `ced diff A B` on two v41 run files of one model and prompt (tools/v41_diff.cpp): A judged against B op by
+// op, by the sound gate's bounds where A's inputs to the op are B's, the rest listed as not judged. The
+// checkpoint: `checkpoint`, or B's weight seed. Exit 1 when an op judged is outside its bounds.
+struct V41DiffOptions {
+  std::string a, b, checkpoint;
+  bool verbose = false;
+};
+bool is_v41_run_file(const std::string& path);
+int diff_v41(const V41DiffOptions& o);
 int gate_v41(const V41GateOptions& o);
 // A planted v41 fault (v41_fault_names) and the check (v41_ced_checks) that must fail with it.
 struct V41PlantedBug {

@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "model/error.hpp"
+#include "models/v41/agreement.hpp"
+#include "models/v41/checkpoint.hpp"
+#include "models/v41/run_file.hpp"
 #include "tools/v41_cache_hit.hpp"
 #include "tools/v41_commands.hpp"
 #include "tools/v41_study.hpp"
@@ -125,6 +128,38 @@ TEST(V41GateCommand, AGoldenFilePassesAndAPlantedPortBugFailsAtItsOpWithItsRepro
   EXPECT_NE(out.find("reproduce: ced gate --golden"), std::string::npos) << out;
   o.only = "no-such.h5";
   EXPECT_THROW(ced::tools::gate_v41(o), ced::InputError);
+}
+
+// `ced diff` on two v41 run files judges each op by its bounds where the inputs agree: a golden file against
+// itself is bitwise; our reference's own run of the same prompt against the official's passes (each op whose
+// inputs are the official's within its bounds, the others not judged); one query value of layer 0 a quarter
+// off fails there.
+TEST(V41DiffCommand, OurReferencesRunPassesAgainstTheOfficialsAndAQueryAQuarterOffFails) {
+  namespace v41 = ced::v41;
+  const fs::path dir = scratch("diff"), golden = fs::path(CED_V41_GOLDEN_DIR) / "tiny-fp8-n17.h5";
+  auto diff = [&](const fs::path& a, std::string& out) {
+    testing::internal::CaptureStdout();
+    const int rc = ced::tools::diff_v41({a.string(), golden.string(), "", true});
+    out = testing::internal::GetCapturedStdout();
+    return rc;
+  };
+  std::string out;
+  EXPECT_EQ(diff(golden, out), 0) << out;
+  EXPECT_NE(out.find("0 ops not judged"), std::string::npos) << out;
+  const v41::V41RunFile official = v41::read_v41_run_file(golden);
+  const v41::V41Checkpoint ck = v41::v41_golden_checkpoint(official);
+  const v41::V41Model m(ck.config, ck.weights, official.regime);
+  v41::V41RunFile ours = official;
+  ours.generator = "ced reference (test)";
+  ours.result = m.forward(official.tokens, v41::v41_checkpoint_hashing(ck.config));
+  v41::write_v41_run_file(dir / "ours.h5", ours);
+  EXPECT_EQ(diff(dir / "ours.h5", out), 0) << out;
+  EXPECT_NE(out.find("PASS"), std::string::npos) << out;
+  v41::V41RunFile bad = official;
+  bad.result.layers[0].attn_q[3] *= 1.25;  // 64 of its bf16 steps
+  v41::write_v41_run_file(dir / "bad.h5", bad);
+  EXPECT_EQ(diff(dir / "bad.h5", out), 1) << out;
+  EXPECT_NE(out.find("first failure: layer 0 attn_q (forced x)"), std::string::npos) << out;
 }
 
 // A row is every token seed's verdict: the first seed's failed claim is not washed out by the last seed's

@@ -3,11 +3,15 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <bit>
 #include <functional>
 
 #include "io/h5_file_ops.hpp"
 #include "io/h5_util.hpp"
+#include "io/untrusted.hpp"
 #include "model/error.hpp"
 #include "models/v41/numerics.hpp"
 #include "models/v41/plan.hpp"
@@ -347,6 +351,40 @@ V41RunFile read_v41_run_file(const std::filesystem::path& path) {
     if (h5::exists(file, "/decode")) f.decode = read_decode(file, f.config, N);
     return f;
   });
+}
+
+bool is_untrusted_v41_run_file(const std::filesystem::path& path) {
+  try {
+    return run_isolated(path.string(), isolation_limits(path), [&] {
+      return h5::read_file(path, [&](hid_t file) { return h5::read_string_attr(file, "/", "format"); });
+    }) == kV41RunFormat;
+  } catch (const std::exception&) {
+    return false;  // unreadable, or no format attribute: the caller's other reader says why
+  }
+}
+
+V41RunFile read_untrusted_v41_run_file(const std::filesystem::path& path) {
+  static std::atomic<int64_t> serial{0};
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / fmt::format("ced-v41-run-copy-{}-{}", ::getpid(), serial++);
+  std::filesystem::create_directories(dir);
+  struct Remove {
+    std::filesystem::path dir;
+    ~Remove() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } remove{dir};
+  const std::filesystem::path copy = dir / "copy.h5";
+  run_isolated(path.string(), isolation_limits(path), [&] {
+    write_v41_run_file(copy, read_v41_run_file(path));
+    return std::string();
+  });
+  try {
+    return read_v41_run_file(copy);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", path.string(), e.what()));
+  }
 }
 
 }  // namespace ced::v41

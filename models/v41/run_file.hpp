@@ -52,5 +52,10 @@ void write_v41_run_file(const std::filesystem::path& path, const V41RunFile& f);
 // against the config and N; a dataset stored as "bf16" (uint16 bits, attribute encoding = "bf16") is
 // decoded. InputError naming the file and the object.
 V41RunFile read_v41_run_file(const std::filesystem::path& path);
+// A user's file (io/untrusted.hpp): whether its /format is a v41 run file's, probed in a forked child (false
+// when the child cannot read it); and the file read and validated in a forked child, the parent reading only
+// the child's copy written by write_v41_run_file.
+bool is_untrusted_v41_run_file(const std::filesystem::path& path);
+V41RunFile read_untrusted_v41_run_file(const std::filesystem::path& path);
 
 }  // namespace ced::v41
