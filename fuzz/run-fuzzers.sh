@@ -3,7 +3,7 @@
 # runs each for SECONDS, one after another, on a scratch copy of its seed
 # corpus (new inputs never go into the committed fuzz/corpus/).
 #
-#   fuzz/run-fuzzers.sh SECONDS [TARGET...]     (default: all four targets)
+#   fuzz/run-fuzzers.sh SECONDS [TARGET...]     (default: all five targets)
 #
 # Prints each target's execs/s from libFuzzer's final stats (-print_final_stats=1:
 # the executed units over the time fuzzed, summed over restarts).
@@ -22,14 +22,14 @@
 # stack frame) and fuzzing goes on for the whole time; the exit is still 1.
 set -uo pipefail
 
-usage() { echo "usage: $0 SECONDS [replay_fuzz|input_fuzz|compare_fuzz|v41_replay_fuzz ...]" >&2; exit 2; }
+usage() { echo "usage: $0 SECONDS [replay_fuzz|input_fuzz|compare_fuzz|v41_replay_fuzz|v41_input_fuzz ...]" >&2; exit 2; }
 [[ $# -ge 1 && $1 =~ ^[0-9]+$ && $1 -gt 0 ]] || usage
 seconds=$1
 shift
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(replay_fuzz input_fuzz compare_fuzz v41_replay_fuzz)
+[[ ${#targets[@]} -gt 0 ]] || targets=(replay_fuzz input_fuzz compare_fuzz v41_replay_fuzz v41_input_fuzz)
 for t in "${targets[@]}"; do
-  case $t in replay_fuzz | input_fuzz | compare_fuzz | v41_replay_fuzz) ;; *) echo "unknown target '$t'" >&2; usage ;; esac
+  case $t in replay_fuzz | input_fuzz | compare_fuzz | v41_replay_fuzz | v41_input_fuzz) ;; *) echo "unknown target '$t'" >&2; usage ;; esac
 done
 
 if ! command -v clang++ >/dev/null 2>&1; then
