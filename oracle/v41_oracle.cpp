@@ -40,6 +40,16 @@ V41OracleTable v41_oracle_table(const V41Config& c, const std::vector<int64_t>& 
   t.config_name = c.name;
   t.split = {plan.L, plan.E, plan.D, plan.W};
   t.seed = seed_figures(t.split);
+  t.cache.n_layers = plan.L;
+  for (const LayerPlan& lp : plan.layers)
+    if (lp.owns_compressor && lp.ratio > 0) {
+      ++t.cache.kv_sources;
+      t.cache.copies += 1.0 / double(lp.ratio);
+      t.cache.elements_per_token += double(c.head_dim + (lp.owns_index_k ? c.index_head_dim : 0)) / double(lp.ratio);
+    }
+  t.cache.bytes_per_token_bf16 = 2 * t.cache.elements_per_token;
+  t.cache.bytes_per_token_f32 = 4 * t.cache.elements_per_token;
+  t.cache.window_elements = plan.L * plan.W * c.head_dim;
   t.costs = v41_row_costs(c);
   t.limit_ideal = double(plan.E) / double(plan.L);
   t.limit_causal = v41_ratio_limit(plan, V41IndexScoring::Causal);
@@ -109,6 +119,13 @@ std::string format_v41_oracle_table(const V41OracleTable& t) {
                               t.config_name, sp.L, sp.E, sp.D, sp.W);
   s += format_seed_figures(t.seed);
 
+  s += fmt::format("KV cache (docs/v41.md §14.5): {} kv sources\n", t.cache.kv_sources);
+  s += fmt::format("  copies Σ 1/ratio (of {} per-layer; the seed's lab-flash: 2.5) {:>12.4g}\n", t.cache.n_layers,
+                   t.cache.copies);
+  s += fmt::format("  compressed entries per token (elements)                {:>12.6g}\n", t.cache.elements_per_token);
+  s += fmt::format("  bytes per token, bf16 / f32                          {:>8.6g} / {:.6g}\n",
+                   t.cache.bytes_per_token_bf16, t.cache.bytes_per_token_f32);
+  s += fmt::format("  window rings L·W·head_dim (elements, any N)          {:>12}\n", t.cache.window_elements);
   s += "replay conventions (docs/v41.md §13.1): the exact span 1 + F(W-1), F the floored layers\n";
   s += fmt::format("  {:<10} {:<9} {:<10} {:>4} {:>11}\n", "convention", "tail from", "cut layer", "F", "exact span");
   for (const auto& c : t.conventions)
@@ -188,6 +205,13 @@ std::string v41_oracle_table_json(const V41OracleTable& t) {
   j["work_triangle"] = t.seed.work_triangle;
   j["work_rectangle"] = t.seed.work_rectangle;
   j["work_bounded"] = t.seed.work_bounded;
+  j["cache"] = {{"kv_sources", t.cache.kv_sources},
+                {"copies", t.cache.copies},
+                {"n_layers", t.cache.n_layers},
+                {"elements_per_token", t.cache.elements_per_token},
+                {"bytes_per_token_bf16", t.cache.bytes_per_token_bf16},
+                {"bytes_per_token_f32", t.cache.bytes_per_token_f32},
+                {"window_elements", t.cache.window_elements}};
   json rows = json::array();
   for (const auto& r : t.rows)
     rows.push_back({{"N", r.n_prompt},

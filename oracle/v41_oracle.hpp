@@ -53,10 +53,20 @@ struct V41PublishedFigure {
   double speedup = 0; // full prefill time over CED prefill time
 };
 
+// The release's KV cache (docs/v41.md §14.5): what a prefill leaves per token, and the window rings.
+struct V41CacheFigures {
+  double copies = 0;              // Σ over kv sources of 1/ratio, against L per-layer copies (the seed's 2.5)
+  int64_t kv_sources = 0, n_layers = 0;
+  double elements_per_token = 0;  // Σ over kv sources (head_dim + index_head_dim where it owns the keys)/ratio
+  double bytes_per_token_bf16 = 0, bytes_per_token_f32 = 0;
+  int64_t window_elements = 0;    // every layer's ring: L·W·head_dim, independent of N
+};
+
 struct V41OracleTable {
   std::string config_name;
   CedSplit split;
   SeedFigures seed;
+  V41CacheFigures cache;
   std::vector<V41ConventionRow> conventions;
   std::vector<V41OracleRow> rows;
   V41RowCosts costs;

@@ -278,3 +278,20 @@ TEST(V41Oracle, AFlopCountThatLeavesInt64IsAnErrorNotAWrappedNumber) {
 
 }  // namespace
 }  // namespace ced::v41
+
+// The release's KV cache as the seed counts it (docs/v41.md §14.5): v41-flash's four kv sources (three at
+// ratio 2, one at ratio 1, each owning its index keys) make the seed's 2.5 copies of 40, (512 + 128)/2 · 3 +
+// (512 + 128) = 1600 elements a token, 3200 bytes in bf16; its rings 40 · 128 · 512 values.
+TEST(V41Oracle, TheReleasesCacheIsTwoAndAHalfCopiesAndSixteenHundredElementsAToken) {
+  using namespace ced::v41;
+  const V41OracleTable t = v41_oracle_table(v41_builtin_config("v41-flash"), {4096});
+  EXPECT_EQ(t.cache.kv_sources, 4);
+  EXPECT_EQ(t.cache.copies, 2.5);
+  EXPECT_EQ(t.cache.n_layers, 40);
+  EXPECT_EQ(t.cache.elements_per_token, 1600);
+  EXPECT_EQ(t.cache.bytes_per_token_bf16, 3200);
+  EXPECT_EQ(t.cache.window_elements, 40 * 128 * 512);
+  EXPECT_NE(format_v41_oracle_table(t).find("copies Σ 1/ratio (of 40 per-layer; the seed's lab-flash: 2.5)"),
+            std::string::npos);
+  EXPECT_NE(v41_oracle_table_json(t).find("\"copies\": 2.5"), std::string::npos) << v41_oracle_table_json(t);
+}
