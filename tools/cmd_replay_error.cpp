@@ -6,6 +6,7 @@
 #include "io/hdf5_file.hpp"
 #include "model/error.hpp"
 #include "tools/common.hpp"
+#include "tools/v41_commands.hpp"
 #include "checks/replay_sweep.hpp"
 
 namespace ced::tools {
@@ -31,7 +32,26 @@ Runner add_replay_error(CLI::App& app) {
       ->transform(integer_in(0, kMaxLength));
   sub->add_option("--backend", o->sweep.backend, "backend")->capture_default_str()->transform(backend_name());
   sub->add_option("--out", o->out, "output prefix: writes PREFIX.csv, PREFIX.h5, PREFIX.svg")->required();
-  return {sub, [o] {
+  auto v41 = std::make_shared<V41ReplayErrorOptions>();
+  sub->add_option("--regime", v41->regime, "v41: release | bf16 | f64 (docs/v41.md §8.1)")->capture_default_str();
+  sub->add_option("--convention", v41->convention, "v41: the replay convention (docs/v41.md §13.1)")->capture_default_str();
+  return {sub, [o, v41, sub] {
+            if (names_v41_family(o->model.config)) {
+              if (sub->count("--prefix"))
+                throw InputError("--prefix: resume rows are not in the v41 sweep; `ced cache-hit --config C` measures a "
+                                 "resume after a prefix-cache hit per encoder-replay rule (docs/v41.md §13.8)");
+              if (sub->count("--backend") || sub->count("--set"))
+                throw InputError("--backend and --set are the lab family's; the v41 sweep runs its reference");
+              v41->config = o->model.config;
+              v41->lengths = o->sweep.lengths;
+              v41->decode = o->sweep.decode;
+              v41->weight_seed = o->model.weight_seed;
+              v41->token_seed = o->model.token_seed;
+              v41->out = o->out;
+              return replay_error_v41(*v41);
+            }
+            if (sub->count("--regime") || sub->count("--convention"))
+              throw InputError("--regime and --convention are the v41 family's");
             const Config c = o->model.load();
             o->sweep.weight_seed = o->model.weight_seed;
             o->sweep.token_seed = o->model.token_seed;

@@ -94,6 +94,17 @@ struct V41CacheHitOptions {
 };
 int cache_hit_v41(const V41CacheHitOptions& o);
 
+// `ced replay-error` on a v41 config (docs/v41.md §13.11): bounded replay (K = min(N, W)) under the convention
+// against the full prefill, per N (default W to 8W doubling and the exact span's neighbours within it), per
+// decoder layer and per decode step; PREFIX.csv and PREFIX.svg.
+struct V41ReplayErrorOptions {
+  std::string config, regime = "release", convention = "sglang", out;
+  std::vector<int64_t> lengths;
+  int64_t decode = 4;
+  uint64_t weight_seed = 0, token_seed = 0;
+};
+int replay_error_v41(const V41ReplayErrorOptions& o);
+
 // `ced verify` on a v41 config (docs/v41.md §13.9): the released architecture's sections; each failure
 // appended to `failures`.
 void verify_v41(const std::string& config, const std::string& golden_dir, bool skip_drift,

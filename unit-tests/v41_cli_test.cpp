@@ -555,3 +555,27 @@ TEST(V41Cli, CacheHitsUpToTheWindowAreTheColdRunsBitsPerRuleAndThePlantedReplayS
 }
 
 }  // namespace
+
+namespace {
+
+// `ced replay-error` on the release: within the window (N = W) the bounded replay is the prefill bit for bit,
+// at every decoder layer and decode step; one past it the last logits drift; the rows are the lab's CSV
+// columns; resume prefixes are refused in one line naming the command that measures them.
+TEST(V41Cli, ReplayErrorIsBitwiseWithinTheWindowAndDriftsPastIt) {
+  const fs::path out = scratch() / "drift";
+  const test::Result r = ced("replay-error --config v41-tiny --tokens 16 17 --decode 1 --out " + out.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string csv = test::slurp(out.string() + ".csv");
+  EXPECT_EQ(csv.rfind("kind,n_prompt,replay,prefix,layer,step,rel_l2,max_abs,kl,top1,bitwise_exact\n", 0), 0u) << csv;
+  EXPECT_NE(csv.find("prefill,16,16,-1,-1,-1,0.000000e+00,0.000000e+00,0.000000e+00,1.0000,1\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("decode,16,16,-1,-1,0,0.000000e+00"), std::string::npos) << csv;
+  const size_t past = csv.find("prefill,17,16,");
+  ASSERT_NE(past, std::string::npos) << csv;
+  EXPECT_EQ(csv.substr(csv.find('\n', past) - 1, 1), "0") << csv.substr(past, 80);  // not bitwise
+  EXPECT_TRUE(fs::exists(out.string() + ".svg"));
+  const test::Result bad = ced("replay-error --config v41-tiny --prefix 8 --out " + out.string());
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("ced cache-hit"), std::string::npos) << bad.err;
+}
+
+}  // namespace
