@@ -27,6 +27,7 @@
 #include "oracle/analytic.hpp"
 #include "models/lab/reference/gemm.hpp"
 #include "tools/common.hpp"
+#include "tools/v41_commands.hpp"
 
 namespace ced::tools {
 namespace {
@@ -96,7 +97,25 @@ Runner add_bench(CLI::App& app) {
   sub->add_option("--json", o->json, "also write every figure to this JSON file (atomically)");
   auto fault = std::make_shared<std::string>("none");
   sub->add_option("--fault", *fault, "test only: inject a fault into the measured backends")->group("");
-  return {sub, [o, fault] {
+  auto v41 = std::make_shared<V41BenchOptions>();
+  sub->add_option("--regime", v41->regime, "v41: release | bf16 | f64 (docs/v41.md §8.1)")->capture_default_str();
+  sub->add_option("--convention", v41->convention, "v41: the replay convention (docs/v41.md §13.1)")->capture_default_str();
+  return {sub, [o, fault, v41, sub] {
+            if (names_v41_family(o->model.config)) {  // the release (docs/v41.md §14.7)
+              if (sub->count("--backend") || sub->count("--golden") || sub->count("--json") || sub->count("--set"))
+                throw InputError("--backend, --golden, --json and --set are the lab family's; the v41 bench times its "
+                                 "reference");
+              v41->config = o->model.config;
+              v41->tokens = o->tokens;
+              v41->decode = o->decode;
+              v41->repeat = o->repeat;
+              v41->warmup = o->warmup;
+              v41->weight_seed = o->model.weight_seed;
+              v41->token_seed = o->model.token_seed;
+              return bench_v41(*v41);
+            }
+            if (sub->count("--regime") || sub->count("--convention"))
+              throw InputError("--regime and --convention are the v41 family's");
             const Config c = o->model.load();
             const Plan p = make_plan(c);
             const int64_t N = o->tokens, K = o->decode;

@@ -105,6 +105,15 @@ struct V41ReplayErrorOptions {
 };
 int replay_error_v41(const V41ReplayErrorOptions& o);
 
+// `ced bench` on a v41 config (docs/v41.md §14.7): full and bounded CED prefill (and decode steps), min and
+// median of `repeat` after validated warm-ups, the time ratio beside the oracle's FLOP ratio.
+struct V41BenchOptions {
+  std::string config, regime = "release", convention = "sglang";
+  int64_t tokens = 1024, decode = 8, repeat = 3, warmup = 1;
+  uint64_t weight_seed = 0, token_seed = 0;
+};
+int bench_v41(const V41BenchOptions& o);
+
 // `ced verify` on a v41 config (docs/v41.md §13.9): the released architecture's sections; each failure
 // appended to `failures`.
 void verify_v41(const std::string& config, const std::string& golden_dir, bool skip_drift,

@@ -579,3 +579,18 @@ TEST(V41Cli, ReplayErrorIsBitwiseWithinTheWindowAndDriftsPastIt) {
 }
 
 }  // namespace
+
+namespace {
+
+// `ced bench` on the release: both prefills and the decode steps timed after a validated warm-up, the time
+// ratio printed beside the oracle's FLOP ratio (1 within the window); the lab's --backend refused in one line.
+TEST(V41Cli, BenchTimesBothPrefillsBesideTheOraclesFlopRatio) {
+  const test::Result r = ced("bench --config v41-tiny --tokens 16 --decode 1 --repeat 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("full prefill"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ced prefill (bounded)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the oracle's FLOP ratio 1.0000"), std::string::npos) << r.out;
+  expect_refused("bench --config v41-tiny --backend reference", "lab family");
+}
+
+}  // namespace
