@@ -62,7 +62,9 @@ Runner add_diff(CLI::App& app) {
   sub->add_option("--checkpoint", *checkpoint, "v41 run files: the checkpoint folder B ran (default: B's weight seed)")
       ->check(non_empty());
   return {sub, [o, checkpoint] {
-            if (is_v41_run_file(o->a) || is_v41_run_file(o->b)) {  // the release's run files (docs/v41.md §12.7)
+            // A v41 run file under test takes the release's judge (docs/v41.md §12.7); a lab file the lab's, whose
+            // reader refuses a v41 file as B in one line. (One probe: each reads the file in a forked child.)
+            if (is_v41_run_file(o->a)) {
               if (!o->policy.empty() || !o->run.empty() || o->json)
                 throw InputError("ced diff on v41 run files: --policy, --run and --json are the lab family's; the v41 "
                                  "diff judges each op by derived bounds");

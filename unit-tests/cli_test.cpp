@@ -91,14 +91,16 @@ TEST(Cli, RunningTheLabModelAtTheReleasedSizesOnTheCpuIsRefusedWithAMemoryEstima
   expect_usage_error("run --config lab-flash --tokens 16 --out " + (scratch() / "f.h5").string(), "GiB");
 }
 
-// A command of the lab family given a v41 config names the family and the backends the registry has for
-// it, rather than taking the name for a missing TOML file; no output is written. (`ced oracle` has the
-// release's oracle, `ced spans` and `ced replay-budget` their v41 forms: unit-tests/v41_cli_test.cpp.)
-TEST(Cli, ALabCommandGivenAV41ConfigIsRefusedNamingItsFamilyAndItsBackends) {
-  for (const std::string& cmd : {"replay-error --config v41-tiny --tokens 4 --out " + (scratch() / "v.h5").string()}) {
-    expect_usage_error(cmd, "a config of the v41 model family (docs/v41.md), which runs on v41-reference");
-  }
-  EXPECT_FALSE(fs::exists(scratch() / "v.h5"));
+// Every command serves both families now (`ced replay-error` and `ced bench` on a v41 config:
+// unit-tests/v41_cli_test.cpp); an option of one family given to the other's config is refused naming the
+// family it belongs to, and no output is written.
+TEST(Cli, AnOptionOfTheV41FamilyGivenALabConfigIsRefusedNamingItsFamily) {
+  expect_usage_error("replay-error --config tiny --tokens 4 --convention vllm --out " + (scratch() / "v").string(),
+                     "v41 family's");
+  expect_usage_error("bench --config tiny --tokens 4 --regime bf16", "v41 family's");
+  expect_usage_error("replay-error --config v41-tiny --tokens 4 --backend reference --out " + (scratch() / "v").string(),
+                     "lab family's");
+  EXPECT_FALSE(fs::exists(scratch() / "v.csv"));
 }
 
 TEST(Cli, BadLengthsAndModesAreUsageErrors) {

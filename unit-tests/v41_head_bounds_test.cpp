@@ -138,9 +138,13 @@ TEST(V41HeadBounds, TheGatePassesAHeadComputedInAnotherOrderAndFailsOneOffByABf1
 
 // An engine that shows only its head's logits on the official's final collapse (the Python gate's
 // forcing): the final norm's admissible values chained into the projection admit ours and the official's
-// on every golden file; one official logit 1 % off fails.
-TEST(V41HeadBounds, TheHeadOnTheFinalCollapseAdmitsBothSidesOnEveryGoldenFileAndRefusesALogitOnePercentOff) {
+// on every tiny golden file and the wide release file at N = 33 (the other wide files add 4 s and nothing
+// the gate's own pass over them, v41_golden_test, does not judge); one official logit 1 % off fails.
+TEST(V41HeadBounds, TheHeadOnTheFinalCollapseAdmitsBothSidesOnTheGoldenFilesAndRefusesALogitOnePercentOff) {
   int64_t judged = 0;
+  auto tiny_or_wide_n33 = [](const fs::path& p) {
+    return p.filename().string().starts_with("tiny") || p.filename() == "wide-fp8-n33.h5";
+  };
   ced::v41::testing::for_each_v41_golden(kGolden, [&](const fs::path& p, const V41RunFile& f, const V41Model& m) {
     V41ForwardResult h;
     m.head_collapsed(f.result.final_collapsed, f.result.N, h);
@@ -156,6 +160,6 @@ TEST(V41HeadBounds, TheHeadOnTheFinalCollapseAdmitsBothSidesOnEveryGoldenFileAnd
     bad.kind = "logits (forced collapsed)";
     v41_judge_head_collapsed(m, f.result.final_collapsed, f.result.N, h.logits, off, {}, "", bad);
     EXPECT_NE(bad.failure.find("outside their admissible interval"), std::string::npos) << bad.failure;
-  });
-  EXPECT_GT(judged, 200'000);
+  }, tiny_or_wide_n33);
+  EXPECT_GT(judged, 100'000);
 }
