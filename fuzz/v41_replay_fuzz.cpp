@@ -30,6 +30,7 @@
 #include "models/v41/boundary_lengths.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/forward.hpp"
+#include "models/v41/numerics.hpp"
 
 namespace {
 
@@ -66,12 +67,6 @@ const V41Model& model_of(Tiny& t, V41Regime r) {
     if (const char* fault = std::getenv("CED_FUZZ_FAULT"); fault && *fault) m->set_fault(v41_fault_from_name(fault));
   }
   return *m;
-}
-
-bool same_bits(std::span<const double> a, std::span<const double> b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](double x, double y) {
-           return std::bit_cast<uint64_t>(x) == std::bit_cast<uint64_t>(y);
-         });
 }
 
 [[noreturn]] void broke(const std::string& what, const std::string& case_line) {

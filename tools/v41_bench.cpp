@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "model/error.hpp"
+#include "models/v41/numerics.hpp"
 #include "oracle/v41_oracle.hpp"
 #include "tools/common.hpp"
 #include "tools/v41_commands.hpp"
@@ -60,9 +61,7 @@ int bench_v41(const V41BenchOptions& o) {
     if (!std::all_of(a.begin(), a.end(), [](double x) { return std::isfinite(x); }) ||
         !std::all_of(b.begin(), b.end(), [](double x) { return std::isfinite(x); }))
       throw InputError("ced bench: the warm-up's logits are not all finite");
-    if (N <= p.W && !std::equal(a.begin(), a.end(), b.begin(), [](double x, double y) {
-          return std::bit_cast<uint64_t>(x) == std::bit_cast<uint64_t>(y);
-        }))
+    if (N <= p.W && !v41::same_bits(a, b))
       throw InputError("ced bench: within the window the warm-up's ced prefill is not the prefill's bits");
   }
   const Timed full = timed(o.repeat, [&] { (void)s.model.forward(prompt, s.hashing); });

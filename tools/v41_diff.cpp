@@ -12,23 +12,13 @@
 #include "model/error.hpp"
 #include "models/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
+#include "models/v41/numerics.hpp"
 #include "models/v41/run_file.hpp"
 #include "tools/v41_commands.hpp"
 
 namespace ced::tools {
-namespace {
 
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  if constexpr (std::is_same_v<T, double>)
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](double x, double y) {
-             return std::bit_cast<uint64_t>(x) == std::bit_cast<uint64_t>(y);
-           });
-  else
-    return a == b;
-}
-
-}  // namespace
+using v41::same_bits;
 
 bool is_v41_run_file(const std::string& path) { return v41::is_untrusted_v41_run_file(path); }
 
@@ -80,7 +70,7 @@ int diff_v41(const V41DiffOptions& o) {
           f.attention.candidates = x.candidates;
           f.attention.attn_idx = x.attn_idx;
         }
-        if (keep(same_bits(x.attn_q, y.attn_q) && same_bits(x.attn_kv, y.attn_kv) && same_bits(x.attn_idx, y.attn_idx),
+        if (keep(same_bits(x.attn_q, y.attn_q) && same_bits(x.attn_kv, y.attn_kv) && x.attn_idx == y.attn_idx,
                  "sparse_attn (its query, rows or index lists differ)", l))
           f.attn_o = x.attn_o;
         if (keep(same_bits(x.attn_o, y.attn_o), "the output projection (attn_o differs)", l)) f.attn_out_of_o = x.attn_out;
@@ -92,8 +82,8 @@ int diff_v41(const V41DiffOptions& o) {
         const v41::LayerPlan& lp = plan[l];
         publications_equal = publications_equal && (!lp.owns_compressor || same_bits(x.compress_kv, y.compress_kv)) &&
                              (!lp.owns_index_k || same_bits(x.index_k, y.index_k)) &&
-                             (!lp.owns_indexer || same_bits(x.topk_idxs, y.topk_idxs)) &&
-                             (!lp.candidate_source || same_bits(x.candidates, y.candidates));
+                             (!lp.owns_indexer || x.topk_idxs == y.topk_idxs) &&
+                             (!lp.candidate_source || x.candidates == y.candidates);
         return f;
       },
       {}, false);

@@ -17,6 +17,7 @@
 #include "model/error.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/forward_ops.hpp"
+#include "models/v41/numerics.hpp"
 #include "models/v41/router_bounds.hpp"
 #include "models/v41/sublayer_bounds.hpp"
 
@@ -199,9 +200,7 @@ struct Gate {
                      official.size() % static_cast<size_t>(rows) != 0;
     const size_t len = rows > 0 ? official.size() / static_cast<size_t>(rows) : 0;
     for (int64_t t = 0; t < rows; ++t)
-      if (all || !std::equal(ours.begin() + static_cast<ptrdiff_t>(t * len), ours.begin() + static_cast<ptrdiff_t>((t + 1) * len),
-                             official.begin() + static_cast<ptrdiff_t>(t * len),
-                             [](double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }))
+      if (all || !same_bits(ours.subspan(static_cast<size_t>(t) * len, len), official.subspan(static_cast<size_t>(t) * len, len)))
         r.push_back(t);
     return r;
   }
@@ -217,6 +216,8 @@ struct Gate {
       std::copy_n(x.begin() + rows[i] * len, len, g.begin() + static_cast<ptrdiff_t>(i * static_cast<size_t>(len)));
     return g;
   }
+  // The official's value as the only admissible one: where ours is that value bit for bit.
+  static bounds::BoundedValue point(double v) { return {v, {v, v}, v}; }
   // A quantizer's place named in the rows bounded ("row 3" of the gathered rows) renamed by the row it is.
   static void renumber(V41Straddles& st, std::span<const int64_t> rows) {
     const std::regex row("row ([0-9]+)");
@@ -233,7 +234,7 @@ struct Gate {
         (!rows.empty() && static_cast<size_t>((rows.back() + 1) * len) > official.size()))
       return chosen;  // every row, or a tensor of another shape (which its row fails)
     std::vector<bounds::BoundedValue> b(official.size());
-    for (size_t i = 0; i < b.size(); ++i) b[i] = {official[i], {official[i], official[i]}, official[i]};
+    for (size_t i = 0; i < b.size(); ++i) b[i] = point(official[i]);
     if (rows.empty()) return b;
     if (chosen.size() != rows.size() * static_cast<size_t>(len)) return chosen;  // not covered: empty
     for (size_t i = 0; i < rows.size(); ++i)
@@ -312,7 +313,7 @@ struct Gate {
           v41_attention_core_bounds(model, l, o.attn_q, o.attn_kv, o.attn_idx, N, *bounds, needed);
       if (b.size() == o.attn_o.size())
         for (size_t i = 0; i < b.size(); ++i)
-          if (!needed[i / static_cast<size_t>(c.head_dim)]) b[i] = {o.attn_o[i], {o.attn_o[i], o.attn_o[i]}, o.attn_o[i]};
+          if (!needed[i / static_cast<size_t>(c.head_dim)]) b[i] = point(o.attn_o[i]);
       bounded(l, "attn_o (forced q, kv, idx)", ours, o.attn_o, b, c.head_dim);
     }
     if (unseen(attn_out.size())) return;
@@ -761,11 +762,11 @@ const std::vector<double>& official_input(const V41ForwardResult& r, const V41Pl
   return plan[l].engram ? c.engram_in : c.in;
 }
 
-// One layer judged, teacher forced: `ours` the side under test's layer on the official's inputs, `before`
-// the official's state before the layer and `after` it with the side's attention's publications (what its
-// index lists and selection read); `seed` what our layer hands to decode steps (our reference only).
-void judge_layer(Gate& g, int64_t l, const V41SharedAttention& before, const V41SharedAttention& after,
-                 const V41ForcedLayer& ours, const V41LayerCache* seed) {
+// One layer judged, teacher forced: `ours` the side under test's layer on the official's inputs, `after` the
+// official's state before the layer with the side's attention's publications (what its index lists and
+// selection read); `seed` what our layer hands to decode steps (our reference only).
+void judge_layer(Gate& g, int64_t l, const V41SharedAttention& after, const V41ForcedLayer& ours,
+                 const V41LayerCache* seed) {
   const V41Model& m = g.model;
   const V41Config& c = m.config();
   const V41RunFile& off = g.off;
@@ -810,7 +811,6 @@ void judge_layer(Gate& g, int64_t l, const V41SharedAttention& before, const V41
   g.block(l, o, block, N, l + 1 < L ? official_input(off.result, m.plan(), l + 1) : std::vector<double>{},
           l + 1 < L ? off.result.layers[static_cast<size_t>(l + 1)].pre_mix : std::vector<double>{},
           h.final_collapsed, off.result.final_collapsed);
-  (void)before;
 }
 
 // The layers in order, each given the official's state before it (its publications, from here on the
@@ -822,24 +822,22 @@ void forced_layers(Gate& g, Layer layer) {
   g.pass = "teacher forced";
   const V41Model& m = g.model;
   const V41RunFile& off = g.off;
-  const int64_t N = off.result.N, L = m.config().n_layers;
+  const int64_t L = m.config().n_layers;
   V41SharedAttention shared;
   for (int64_t l = 0; l < L; ++l) {
     const LayerPlan& lp = m.plan()[l];
     const V41LayerCapture& o = off.result.layers[static_cast<size_t>(l)];
     if (official_input(off.result, m.plan(), l).empty() || o.pre_mix.empty())
       throw InputError(fmt::format("v41 gate: the run file has no input streams or pre_mix for layer {}", l));
-    const V41SharedAttention before = shared;
     V41SharedAttention after = shared;
     V41LayerCache seed;
     const V41ForcedLayer ours = layer(l, shared, after, off.decode ? &seed : nullptr);
-    judge_layer(g, l, before, after, ours, off.decode && !g.engine ? &seed : nullptr);
+    judge_layer(g, l, after, ours, off.decode && !g.engine ? &seed : nullptr);
     if (lp.owns_compressor && !o.compress_kv.empty()) shared.compress_kv = o.compress_kv;
     if (lp.owns_index_k && !o.index_k.empty()) shared.index_k = o.index_k;
     if (lp.owns_indexer && !o.topk_idxs.empty()) shared.topk_idxs.assign(o.topk_idxs.begin(), o.topk_idxs.end());
     if (lp.candidate_source && !o.candidates.empty()) shared.candidates.assign(o.candidates.begin(), o.candidates.end());
   }
-  (void)N;
 }
 
 void teacher_forced(Gate& g) {

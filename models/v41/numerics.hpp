@@ -28,6 +28,15 @@ inline uint16_t bf16_from_f32(float x) {
 inline float f32_from_bf16(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }  // exact
 inline float round_bf16(float x) { return f32_from_bf16(bf16_from_f32(x)); }
 
+// Two tensors the same bit for bit (a NaN equals the same NaN; 0 and -0 differ): what "bitwise" means in every
+// v41 verdict and claim.
+inline bool same_bits(std::span<const double> a, std::span<const double> b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::bit_cast<uint64_t>(a[i]) != std::bit_cast<uint64_t>(b[i])) return false;
+  return true;
+}
+
 // ---- float8 e4m3fn (docs/v41.md §2.2) ----------------------------------------------------------
 
 inline constexpr float kE4m3Max = 448.0f;
