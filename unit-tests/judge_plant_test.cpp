@@ -708,17 +708,12 @@ std::vector<Plant> every_plant(const RunFile& b) {
 
 }  // namespace
 
-TEST(JudgePlantCli, EveryPlantKindFailsCedDiffOnEitherSideNamingItsPlace) {
-  const RunFile base = plant::make_base(11);
-  const fs::path clean = scratch() / "clean.h5", policy = scratch() / "jaccard.toml";
-  write_run_file(clean, base);
-  // the loosest policy that still judges selections: NaN, Inf and structure are never excused
-  write_text(policy, "[[rule]]\npattern = \"**\"\nreason = \"plant test\"\nmin_jaccard = 1\n");
-  const Result same = run_ced("diff " + clean.string() + " " + clean.string() + " --policy " + policy.string());
-  ASSERT_EQ(same.code, 0) << same.out << same.err;
-  const auto plants = every_plant(base);
-  EXPECT_GE(plants.size(), 60u);
-  for (const Plant& p : plants) {
+namespace {
+
+// `ced diff` of the clean base against it with one plant: exit 1 naming the plant's place (a malformed file:
+// exit 2, one line naming the file), the other runs passing.
+void expect_ced_diff_names_plant(const RunFile& base, const fs::path& clean, const fs::path& policy, const Plant& p) {
+  {
     SCOPED_TRACE(p.describe());
     const fs::path planted = scratch() / "planted.h5";
     plant::write_planted(base, p, planted);
@@ -731,7 +726,7 @@ TEST(JudgePlantCli, EveryPlantKindFailsCedDiffOnEitherSideNamingItsPlace) {
       EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
       EXPECT_NE(r.err.find("ascending"), std::string::npos) << r.err;
       EXPECT_NE(r.err.find(planted.filename().string()), std::string::npos) << r.err;
-      continue;
+      return;
     }
     EXPECT_EQ(r.code, 1) << r.out << r.err;
     EXPECT_NE(r.out.find("FAIL"), std::string::npos);
@@ -762,6 +757,50 @@ TEST(JudgePlantCli, EveryPlantKindFailsCedDiffOnEitherSideNamingItsPlace) {
       EXPECT_NE(r.out.find(fmt::format("runs/{}/layers/{}", run, p.layer)), std::string::npos) << r.out;
     }
   }
+}
+
+struct CliPlantBase {
+  RunFile base = plant::make_base(11);
+  fs::path clean = scratch() / "clean.h5", policy = scratch() / "jaccard.toml";
+  CliPlantBase() {
+    write_run_file(clean, base);
+    // the loosest policy that still judges selections: NaN, Inf and structure are never excused
+    write_text(policy, "[[rule]]\npattern = \"**\"\nreason = \"plant test\"\nmin_jaccard = 1\n");
+  }
+};
+
+}  // namespace
+
+// Default tier: one plant of each kind, the sides alternating (each `ced diff` is a process
+// reading both files in forked children, about 0.3 s; every kind on both sides is the long test below).
+TEST(JudgePlantCli, EachPlantKindFailsCedDiffNamingItsPlace) {
+  const CliPlantBase b;
+  const Result same = run_ced("diff " + b.clean.string() + " " + b.clean.string() + " --policy " + b.policy.string());
+  ASSERT_EQ(same.code, 0) << same.out << same.err;
+  // each kind once: the i-th kind (in the list's order) planted on the reference side when i is odd
+  const auto plants = every_plant(b.base);
+  std::vector<Kind> kinds;
+  for (const Plant& p : plants)
+    if (std::find(kinds.begin(), kinds.end(), p.kind) == kinds.end()) kinds.push_back(p.kind);
+  size_t tried = 0;
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    const auto it = std::find_if(plants.begin(), plants.end(), [&](const Plant& p) {
+      return p.kind == kinds[i] && p.on_reference == (i % 2 == 1);
+    });
+    ASSERT_NE(it, plants.end());
+    ++tried;
+    expect_ced_diff_names_plant(b.base, b.clean, b.policy, *it);
+  }
+  EXPECT_GE(tried, 15u);
+}
+
+// Long tier (unit-tests/CMakeLists.txt): every plant of every_plant, both sides, every judged attribute and
+// config key.
+TEST(JudgePlantCliLong, EveryPlantKindFailsCedDiffOnEitherSideNamingItsPlace) {
+  const CliPlantBase b;
+  const auto plants = every_plant(b.base);
+  EXPECT_GE(plants.size(), 60u);
+  for (const Plant& p : plants) expect_ced_diff_names_plant(b.base, b.clean, b.policy, p);
 }
 
 TEST(JudgePlantCli, GateFailsAPlantedGoldenCopyNamingRunTensorLayerAndPosition) {
