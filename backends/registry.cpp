@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include "model/error.hpp"
-#include "models/lab/reference/backend.hpp"
+#include "reference/lab/backend.hpp"
 #ifdef CED_HAVE_CUDA
-#include "models/lab/optimized/cuda_backend.hpp"
+#include "optimized/lab/cuda_backend.hpp"
 #endif
 
 namespace ced {
@@ -24,7 +24,7 @@ std::string cuda_device_reason() {
 
 std::vector<BackendEntry> build_table() {
   std::vector<BackendEntry> t;
-  // The reference (models/lab/reference/): the f64 one wrote the golden files, so the
+  // The reference (reference/lab/): the f64 one wrote the golden files, so the
   // gate judges it bitwise (policy.toml); the f32 one under bounds scaled
   // from the stored calibration (policy-calibrated.toml).
   t.push_back({.name = "reference",
@@ -32,16 +32,16 @@ std::vector<BackendEntry> build_table() {
                .golden_policy = "policy-calibrated.toml",
                .gate_calibrated = true,
                .host_bytes_per_value = 4,
-               .description = "the CPU reference model in f32 (models/lab/reference/)",
+               .description = "the CPU reference model in f32 (reference/lab/)",
                .factory = [](const Config& c, uint64_t s) { return make_reference_backend(c, s, false); }});
   t.push_back({.name = "reference-f64",
                .scalar = "f64",
                .golden_policy = "policy.toml",
                .gate_calibrated = false,
                .host_bytes_per_value = 8,
-               .description = "the CPU reference model in f64, the writer of the golden files (models/lab/reference/)",
+               .description = "the CPU reference model in f64, the writer of the golden files (reference/lab/)",
                .factory = [](const Config& c, uint64_t s) { return make_reference_backend(c, s, true); }});
-  // The CUDA model (models/lab/optimized/): on the device, so no host memory estimate.
+  // The CUDA model (optimized/lab/): on the device, so no host memory estimate.
   const std::string cuda_off = "this build has no CUDA (configure with -DCED_ENABLE_CUDA=ON)";
   BackendEntry cuda{
       .name = "cuda",
@@ -49,7 +49,7 @@ std::vector<BackendEntry> build_table() {
       .golden_policy = "policy-calibrated.toml",
       .gate_calibrated = true,
       .host_bytes_per_value = 0,
-      .description = "the optimized CUDA model, f32 throughout, cuBLAS without TF32 (models/lab/optimized/)",
+      .description = "the optimized CUDA model, f32 throughout, cuBLAS without TF32 (optimized/lab/)",
       .not_built = cuda_off};
   BackendEntry bf16{
       .name = "cuda-bf16",
@@ -57,7 +57,7 @@ std::vector<BackendEntry> build_table() {
       .golden_policy = "policy-bf16.toml",
       .gate_calibrated = true,
       .host_bytes_per_value = 0,
-      .description = "the optimized CUDA model with bf16 projections and f32 accumulation (models/lab/optimized/)",
+      .description = "the optimized CUDA model with bf16 projections and f32 accumulation (optimized/lab/)",
       .not_built = cuda_off};
 #ifdef CED_HAVE_CUDA
   cuda.factory = cuda_factory(CudaPrecision::F32);

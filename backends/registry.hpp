@@ -12,7 +12,7 @@
 
 #include "models/lab/config.hpp"
 #include "model/run.hpp"
-#include "models/v41/forward.hpp"
+#include "reference/v41/forward.hpp"
 
 namespace ced {
 

@@ -1,5 +1,5 @@
 // GEMM micro-benchmark (docs/spec.md §10, bench/): the order-preserving
-// product of models/lab/reference/gemm.hpp on every ISA path this CPU runs, beside the
+// product of reference/lab/gemm.hpp on every ISA path this CPU runs, beside the
 // machine's BLAS sgemm/dgemm (OpenBLAS through libblas.so.3 on Debian) when
 // CMake found one, on the matrix shapes of the `bench` config's layer at
 // N = 1024 positions. One thread on each side: run with
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "models/lab/reference/gemm.hpp"
+#include "reference/lab/gemm.hpp"
 
 #ifdef CED_HAVE_CBLAS
 #include <cblas.h>

@@ -13,7 +13,7 @@
 #include "io/hdf5_file.hpp"
 #include "model/bisect.hpp"
 #include "oracle/analytic.hpp"
-#include "models/lab/reference/replays.hpp"
+#include "reference/lab/replays.hpp"
 
 namespace ced::prop {
 namespace {
@@ -90,7 +90,7 @@ std::string check_cone(const Model& m, int64_t N, int64_t K) {
 
 std::string check_min_exact_replay(const Model& m, int64_t N) {
   const int64_t want = predicted_min_exact_replay(m.p, N);
-  const auto session = open_replays(*m.be, ced_req(m, N, N, 0, true, true));  // the encoder once (models/lab/reference/replays.hpp)
+  const auto session = open_replays(*m.be, ced_req(m, N, N, 0, true, true));  // the encoder once (reference/lab/replays.hpp)
   auto exact = [&](int64_t K) { return last_finite(session->run(ced_req(m, N, K, 0, true, true))); };
   const int64_t got = fewest_true(N, exact);
   if (got != want) return fmt::format("N {}: minimal exact replay found {}, oracle {}", N, got, want);
@@ -322,7 +322,7 @@ Spans empirical_spans(const Model& m, int64_t N, int64_t P,
   Spans s;
   // The decoder searches' probes differ only in replay, probe and decode
   // steps: one session computes the encoder over the N positions once
-  // (models/lab/reference/replays.hpp).
+  // (reference/lab/replays.hpp).
   const auto decoder = open_replays(*m.be, ced_req(m, N, N, 1, true, true));
   // The two dependency searches ask one run: with one decode step it has the
   // prompt's last logits of a run without (the step comes after them), so a

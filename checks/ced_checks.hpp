@@ -48,7 +48,7 @@ struct Spans {
 // N prompt tokens; P > 0 also searches the encoder resume spans (needs N > P).
 // `progress` (optional) hears one line per step of a search. The decoder
 // searches share one replay session (the encoder computed once,
-// models/lab/reference/replays.hpp); the two probe searches of each part share a run
+// reference/lab/replays.hpp); the two probe searches of each part share a run
 // where they ask the same length.
 Spans empirical_spans(const Model& m, int64_t N, int64_t P,
                       const std::function<void(const std::string&)>& progress = {});

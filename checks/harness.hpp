@@ -9,7 +9,7 @@
 
 #include "model/run.hpp"
 #include "models/lab/weights.hpp"
-#include "models/lab/reference/backend.hpp"
+#include "reference/lab/backend.hpp"
 
 namespace ced::prop {
 

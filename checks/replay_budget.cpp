@@ -14,7 +14,7 @@
 #include "model/error.hpp"
 #include "models/lab/weights.hpp"
 #include "oracle/analytic_flops.hpp"
-#include "models/lab/reference/replays.hpp"
+#include "reference/lab/replays.hpp"
 
 namespace ced::prop {
 namespace {

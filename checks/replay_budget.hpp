@@ -5,7 +5,7 @@
 // Built on the replay-error sweep's metrics (checks/replay_sweep.hpp).
 //
 // The unit of work is one (weight seed, N, token seed): every B of it shares
-// the encoder and the source-only write (models/lab/reference/replays.hpp) and the exact
+// the encoder and the source-only write (reference/lab/replays.hpp) and the exact
 // reference (ced with B = N, which docs/spec.md §4.4 makes bitwise the full
 // mode's), so splitting the B of one unit over shards would recompute both.
 // Shard i of n takes the units k ≡ i (mod n) of the canonical order (weight
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "checks/replay_sweep.hpp"
-#include "model/run.hpp"
+#include "models/lab/schedule.hpp"
 
 namespace ced::prop {
 
@@ -87,10 +87,10 @@ void sort_budget_data(BudgetData& d);
 // decode step when B >= min(N, D(W-1)); and every run's instrumented FLOP
 // count equals the FLOP model's (so the oracle's ratio is the counted one).
 std::string check_budget_curve(const Plan& p, const std::vector<BudgetSample>& samples);
-// run_replays (models/lab/reference/replays.hpp) hands back, for each policy, what run() returns with
+// run_replays (reference/lab/replays.hpp) hands back, for each policy, what run() returns with
 // that policy: logits, positions, captures, FLOP counts, bitwise.
 std::string check_run_replays(Backend& be, const RunRequest& req, const std::vector<ReplayPolicy>& replays);
-// A replay session (models/lab/reference/replays.hpp) opened on `base` hands back, for each
+// A replay session (reference/lab/replays.hpp) opened on `base` hands back, for each
 // probe in turn, what a separate run() of it returns, bitwise: the probes vary
 // the replay, decode steps, dependency probe and logits' scope.
 std::string check_replay_session(Backend& be, const RunRequest& base, const std::vector<RunRequest>& probes);

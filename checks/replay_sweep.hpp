@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/run.hpp"
+#include "models/lab/schedule.hpp"
 
 namespace ced::prop {
 

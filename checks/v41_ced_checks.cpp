@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "model/error.hpp"
-#include "models/v41/spans.hpp"
+#include "checks/v41/spans.hpp"
 
 namespace ced::v41 {
 namespace {

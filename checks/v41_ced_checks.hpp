@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "models/v41/forward.hpp"
+#include "reference/v41/forward.hpp"
 
 namespace ced::v41 {
 

@@ -29,7 +29,7 @@
 #include "model/error.hpp"
 #include "models/v41/boundary_lengths.hpp"
 #include "models/v41/checkpoint.hpp"
-#include "models/v41/forward.hpp"
+#include "reference/v41/forward.hpp"
 #include "models/v41/numerics.hpp"
 
 namespace {

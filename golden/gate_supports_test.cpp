@@ -4,8 +4,8 @@
 
 #include "golden/golden_set.hpp"
 #include "model/error.hpp"
-#include "models/lab/optimized/host_emulation.hpp"
-#include "models/lab/reference/backend.hpp"
+#include "optimized/lab/host_emulation.hpp"
+#include "reference/lab/backend.hpp"
 
 using namespace ced;
 

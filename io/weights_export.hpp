@@ -27,7 +27,7 @@ inline constexpr int64_t kSafetensorsFormatVersion = 1;
 
 // The bf16 bits of a generated value: the double rounded to the nearest float,
 // then to the nearest bf16 (both round to nearest even) — the rounding the
-// cuda-bf16 backend applies to its f32 weights (models/lab/optimized/device_math.cuh
+// cuda-bf16 backend applies to its f32 weights (optimized/lab/device_math.cuh
 // bf16_bits_rn). NaN does not occur in generated weights.
 uint16_t bf16_bits_of(double value);
 

@@ -1,5 +1,5 @@
 #pragma once
-// The bisection both families' span searches run (checks/ced_checks.cpp, models/v41/spans.cpp).
+// The bisection both families' span searches run (checks/ced_checks.cpp, checks/v41/spans.cpp).
 #include <cstdint>
 
 namespace ced {

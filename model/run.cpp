@@ -52,11 +52,11 @@ std::string ReplayPolicy::str() const {
   return "?";
 }
 
-int64_t ReplayPolicy::n_replay(const Plan& p, int64_t n_prompt) const {
+int64_t ReplayPolicy::n_replay(int64_t window, int64_t exact_span, int64_t n_prompt) const {
   switch (kind) {
     case Kind::None: return -1;
-    case Kind::Bounded: return p.W;
-    case Kind::Exact: return p.exact_replay();
+    case Kind::Bounded: return window;
+    case Kind::Exact: return exact_span;
     case Kind::Full: return n_prompt;
     case Kind::Count: return count;
   }
@@ -133,27 +133,12 @@ int64_t FlopCount::total_kind(int k) const {
   return t;
 }
 
-RunResult result_for(const Backend& b, const RunRequest& req, const Plan& p) {
-  RunResult res;
-  res.backend = b.name();
-  res.dtype = b.dtype();
-  res.mode = req.mode;
-  res.replay = req.replay;
-  res.n_prompt = req.n_prompt;
-  res.n_replay = req.replay.n_replay(p, req.n_prompt);
-  res.prefix_len = req.mode == Mode::Resume ? req.prefix_len : -1;
-  res.decode_steps = req.decode_steps;
-  res.flops.resize(p.L);
-  return res;
-}
-
-void validate_request(const Config& c, const RunRequest& r) {
+void validate_request_shape(const RunRequest& r) {
   if (r.n_prompt < 1) throw InputError(fmt::format("--tokens: N must be >= 1 (got {})", r.n_prompt));
   if (r.decode_steps < 0) throw InputError(fmt::format("--decode: must be >= 0 (got {})", r.decode_steps));
   if (static_cast<int64_t>(r.tokens.size()) < r.n_prompt + r.decode_steps)
     throw InputError(fmt::format("tokens: {} given, N + decode = {} needed", r.tokens.size(),
                                  r.n_prompt + r.decode_steps));
-  validate_tokens(c, r.tokens);
   if (r.mode == Mode::Full && r.replay.kind != ReplayPolicy::Kind::None)
     throw InputError("--replay: full mode takes no replay policy");
   if (r.mode != Mode::Full && r.replay.kind == ReplayPolicy::Kind::None)

@@ -8,9 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "models/lab/config.hpp"
-#include "models/lab/plan.hpp"
-
 namespace ced {
 
 using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -25,8 +22,9 @@ struct ReplayPolicy {
   int64_t count = 0;  // K for Kind::Count
   static ReplayPolicy parse(const std::string& s);  // InputError
   std::string str() const;                          // "none" | "bounded" | "exact" | "full" | "K"
-  // Policy length before min(N, .): -1 for None.
-  int64_t n_replay(const Plan& p, int64_t n_prompt) const;
+  // Policy length before min(N, .): -1 for None. The family gives its window W and its exact span
+  // (the lab's 1 + D(W - 1), docs/spec.md §4).
+  int64_t n_replay(int64_t window, int64_t exact_span, int64_t n_prompt) const;
 };
 
 // Test-only fault injections (spec-violating on purpose) for the negative
@@ -163,11 +161,8 @@ class Backend {
   virtual RunResult run(const RunRequest& req) = 0;
 };
 
-// A result with the request's attributes filled in (docs/spec.md §9 /runs/<run>
-// attrs) and an empty FLOP count per layer; replay_start is the backend's.
-RunResult result_for(const Backend& b, const RunRequest& req, const Plan& p);
-
-// Checks a request against the config (lengths, tokens, prefix); InputError.
-void validate_request(const Config& c, const RunRequest& r);
+// Checks what a request must satisfy on every family (lengths, the mode's replay policy and prefix);
+// InputError. A family adds its own (models/lab/schedule.hpp validate_request: the tokens against its vocab).
+void validate_request_shape(const RunRequest& r);
 
 }  // namespace ced

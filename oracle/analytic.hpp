@@ -4,7 +4,7 @@
 // prefill against a full one from the FLOP model (oracle/analytic_flops.hpp).
 // `ced oracle` prints this table; the property tests use the predictions.
 // Every figure here is computed from the config and the spec's rules alone,
-// never from model/schedule.hpp or a backend: it is an independent
+// never from models/lab/schedule.hpp or a backend: it is an independent
 // prediction that the checks (checks/ced_checks.hpp) hold the measured
 // spans, cone and FLOP counts against.
 #include <cstdint>

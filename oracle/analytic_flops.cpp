@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "model/error.hpp"
+#include "models/lab/schedule.hpp"
 #include "oracle/checked_int.hpp"
 
 namespace ced {
@@ -55,7 +56,7 @@ void validate_flop_query(const FlopQuery& q) {
   }
 }
 
-// Deliberately not model/schedule.hpp's run_schedule: the oracle derives the
+// Deliberately not models/lab/schedule.hpp's run_schedule: the oracle derives the
 // evaluated positions from the spec's rules on its own, as an independent
 // prediction, so a slip in the schedule the backends share shows up as a
 // disagreement between this FLOP model and the instrumented counter
@@ -70,14 +71,14 @@ EvalSchedule eval_schedule(const Plan& plan, const FlopQuery& q) {
     case Mode::Full:  // docs/spec.md §4 full: every layer at 0..N-1
       break;
     case Mode::Ced: {  // docs/spec.md §4 ced: B = min(N, n_replay), s = N - B
-      const int64_t B = std::min(N, q.replay.n_replay(plan, N));
+      const int64_t B = std::min(N, n_replay(q.replay, plan, N));
       s.replay_start = N - B;
       break;
     }
     case Mode::Resume: {  // docs/spec.md §6: s_r = max(0, P - W), s = max(N - B, s_r)
       const int64_t span = q.resume_replay < 0 ? plan.W : q.resume_replay;
       s.encoder_start = std::max<int64_t>(0, q.prefix_len - span);
-      const int64_t B = std::min(N, q.replay.n_replay(plan, N));
+      const int64_t B = std::min(N, n_replay(q.replay, plan, N));
       s.replay_start = std::max(N - B, s.encoder_start);
       s.token_start = q.prefix_len;  // the cache holds tokens 0..P-1
       break;

@@ -10,7 +10,7 @@
 //  - flop_model: per layer, arithmetic series over the evaluated positions
 //    (O(L), independent of N); what the oracle table uses.
 // Both derive the evaluated positions themselves rather than from
-// model/schedule.hpp: the model is an independent prediction of what the
+// models/lab/schedule.hpp: the model is an independent prediction of what the
 // instrumented reference counts.
 #include <cstdint>
 #include <string>

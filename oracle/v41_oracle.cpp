@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/error.hpp"
-#include "models/v41/forward.hpp"
+#include "models/v41/run_types.hpp"
 #include "models/v41/plan.hpp"
 
 namespace ced::v41 {

@@ -6,7 +6,7 @@
 #include "checks/ced_checks.hpp"
 #include "property-tests/generators.hpp"
 #include "checks/harness.hpp"
-#include "models/lab/reference/ops.hpp"
+#include "reference/lab/ops.hpp"
 
 using namespace ced;
 using namespace ced::prop;

@@ -8,7 +8,7 @@
 #include "checks/replay_budget.hpp"
 #include "property-tests/generators.hpp"
 #include "property-tests/plant.hpp"
-#include "models/lab/reference/replays.hpp"
+#include "reference/lab/replays.hpp"
 
 using namespace ced;
 using namespace ced::prop;
@@ -64,7 +64,7 @@ RC_GTEST_PROP(ReplayBudget, CurveIsExactFromTheConeBoundsAndFlopsMatchTheModel, 
   RC_ASSERT(f.empty());
 }
 
-// The reference's shared encoder (models/lab/reference/replays.hpp) hands back what separate runs do.
+// The reference's shared encoder (reference/lab/replays.hpp) hands back what separate runs do.
 RC_GTEST_PROP(ReplayBudget, RunReplaysEqualsSeparateRunsBitwise, ()) {
   const Config c = *gen_config();
   const Plan p = make_plan(c);
@@ -197,7 +197,7 @@ TEST(ReplayBudgetPlants, RunReplaysCheckReportsASlip) {
   EXPECT_EQ(check_run_replays(*plain, r, policies), "");
 }
 
-// A replay session (models/lab/reference/replays.hpp) hands back what separate runs do,
+// A replay session (reference/lab/replays.hpp) hands back what separate runs do,
 // probe after probe: replay lengths, decode steps, the dependency probe and the
 // logits' scope in any order, the first probe again at the end (what one
 // probe leaves behind must not reach the next).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # docs/results/v41-bounds-power.md holds what v41_bounds_power prints now: its table, compared line by line.
-#   scripts/check-bounds-power.sh BUILD/models/v41/v41_bounds_power
+#   scripts/check-bounds-power.sh BUILD/checks/v41/v41_bounds_power
 set -euo pipefail
 [[ $# -eq 1 && -x "$1" ]] || { echo "usage: scripts/check-bounds-power.sh PATH/TO/v41_bounds_power" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)

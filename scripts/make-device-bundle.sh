@@ -17,8 +17,8 @@ export CED_CMAKE_ARGS="-DCED_ENABLE_CUDA=ON -DCED_CUDA_ARCHS=90"
 out=$root/device-bundle
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
-for exe in tools/ced unit-tests/gpu_side_by_side_test models/lab/optimized/cuda_backend_test models/lab/optimized/cuda_gemm_peak \
-           models/lab/optimized/cuda_mode_tour; do
+for exe in tools/ced unit-tests/gpu_side_by_side_test optimized/lab/cuda_backend_test optimized/lab/cuda_gemm_peak \
+           optimized/lab/cuda_mode_tour; do
   cp "$CED_BUILD_DIR/$exe" "$out/bin/"
 done
 strip --strip-debug "$out"/bin/*  # small enough to copy quickly (the limit below)

@@ -31,4 +31,4 @@ trap 'rm -rf "$work"' EXIT
 "$here/$build/tools/ced" export --config "$config" --weight-seed "$seed" --out "$work/ckpt" > /dev/null
 "$py" "$here/scripts/v41_official_capture.py" --official "$official" --checkpoint "$work/ckpt" \
   --config-name "$config" --weight-seed "$seed" --mode "$mode" --n "$n" --threads 1 --out "$work/official.h5" > /dev/null
-"$here/$build/models/v41/v41_agreement_summary" -v "${bound_model[@]}" "$work/official.h5"
+"$here/$build/checks/v41/v41_agreement_summary" -v "${bound_model[@]}" "$work/official.h5"

@@ -23,7 +23,7 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 here=$(cd "$(dirname "$0")/.." && pwd)
-[[ -x "$here/$build/tools/ced" && -x "$here/$build/models/v41/v41_agreement_summary" ]] ||
+[[ -x "$here/$build/tools/ced" && -x "$here/$build/checks/v41/v41_agreement_summary" ]] ||
   { echo "v41-soundness-sweep: build ced and v41_agreement_summary in $build first" >&2; exit 2; }
 [[ -f "$official/run_official.py" ]] || { echo "v41-soundness-sweep: no run_official.py in $official" >&2; exit 2; }
 default_cases() {
@@ -50,7 +50,7 @@ while read -r config mode n wseed iseed; do
     --config-name "$config" --weight-seed "$wseed" --mode "$mode" --n "$n" --input-seed "$iseed" --threads 1 \
     --out "$work/official.h5" > /dev/null
   rc=0
-  "$here/$build/models/v41/v41_agreement_summary" --tsv --every-row "$work/official.h5" > "$work/rows.tsv" || rc=$?
+  "$here/$build/checks/v41/v41_agreement_summary" --tsv --every-row "$work/official.h5" > "$work/rows.tsv" || rc=$?
   [[ $rc -le 1 ]] || { echo "v41-soundness-sweep: the summary failed on $key (exit $rc)" >&2; exit 2; }
   while IFS= read -r row; do printf '%s%s\n' "$key" "$row"; done < "$work/rows.tsv" >> "$table"
   if awk -F'\t' '$4 == "bounds" && $5 == "FAIL"' "$work/rows.tsv" | grep -q .; then bad=1; fi

@@ -25,7 +25,7 @@
 #include "model/error.hpp"
 #include "models/lab/weights.hpp"
 #include "oracle/analytic.hpp"
-#include "models/lab/reference/gemm.hpp"
+#include "reference/lab/gemm.hpp"
 #include "tools/common.hpp"
 #include "tools/v41_commands.hpp"
 
@@ -43,7 +43,7 @@ struct Timing {
   }
 };
 
-// GFLOP/s of the order-preserving product (models/lab/reference/gemm.hpp) on a
+// GFLOP/s of the order-preserving product (reference/lab/gemm.hpp) on a
 // 512 x 512 x 512 product with the current OpenMP threads, best of 3 after a
 // warm-up: the ceiling of every matrix product of the reference.
 template <class T>

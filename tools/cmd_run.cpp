@@ -5,6 +5,7 @@
 #include "io/hdf5_file.hpp"
 #include "io/untrusted.hpp"
 #include "model/error.hpp"
+#include "models/lab/schedule.hpp"
 #include "models/lab/weights.hpp"
 #include "tools/common.hpp"
 #include "tools/v41_commands.hpp"

@@ -13,7 +13,7 @@
 #include "compare/compare.hpp"
 #include "model/error.hpp"
 #include "models/v41/checkpoint.hpp"
-#include "models/v41/forward.hpp"
+#include "reference/v41/forward.hpp"
 #include "tools/common.hpp"
 #include "tools/v41_cache_hit.hpp"
 #include "tools/v41_commands.hpp"

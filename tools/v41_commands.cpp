@@ -18,7 +18,7 @@
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/run_file.hpp"
 #include "models/v41/boundary_lengths.hpp"
-#include "models/v41/spans.hpp"
+#include "checks/v41/spans.hpp"
 #include "oracle/v41_oracle.hpp"
 #include "tools/common.hpp"
 #include "tools/v41_study.hpp"

@@ -10,7 +10,7 @@
 #include <cstdio>
 
 #include "model/error.hpp"
-#include "models/v41/agreement.hpp"
+#include "checks/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/numerics.hpp"
 #include "models/v41/run_file.hpp"

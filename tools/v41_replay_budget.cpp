@@ -15,7 +15,7 @@
 #include "compare/compare.hpp"
 #include "model/error.hpp"
 #include "models/v41/checkpoint.hpp"
-#include "models/v41/forward.hpp"
+#include "reference/v41/forward.hpp"
 #include "oracle/v41_flops.hpp"
 #include "tools/common.hpp"
 #include "tools/v41_commands.hpp"

@@ -8,7 +8,7 @@
 #include "models/v41/plan.hpp"
 
 #include "models/v41/checkpoint.hpp"
-#include "models/v41/forward.hpp"
+#include "reference/v41/forward.hpp"
 
 namespace ced::tools {
 

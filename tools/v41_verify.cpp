@@ -12,7 +12,7 @@
 #include "compare/compare.hpp"
 #include "compare/op_bounds.hpp"
 #include "model/error.hpp"
-#include "models/v41/agreement.hpp"
+#include "checks/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/run_file.hpp"
 #include "tools/common.hpp"

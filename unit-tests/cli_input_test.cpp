@@ -250,7 +250,7 @@ TEST_F(CacheIn, CacheWhosePromptDiffersOnlyInTheLastPrefixTokenIsRefused) {
 }
 
 // Both ways, and by --cache-in's own check, naming the file: the backend's
-// check of the cache (model/schedule.hpp check_cache) words its refusal
+// check of the cache (models/lab/schedule.hpp check_cache) words its refusal
 // "cache: holds a prefix ...", so a --cache-in that let a prefix through would
 // still exit 2 there, with no file named.
 TEST_F(CacheIn, CacheOfALongerPrefixThanTheRunsIsRefusedNamingTheFile) {

@@ -18,7 +18,7 @@
 #include "io/hdf5_file.hpp"
 #include "models/lab/weights.hpp"
 #include "compare/run_compare.hpp"
-#include "models/lab/reference/backend.hpp"
+#include "reference/lab/backend.hpp"
 #include "golden/golden_set.hpp"
 
 namespace fs = std::filesystem;

@@ -15,8 +15,8 @@
 #include "models/lab/plan.hpp"
 #include "model/run.hpp"
 #include "models/lab/weights.hpp"
-#include "models/lab/optimized/cuda_backend.hpp"
-#include "models/lab/optimized/device_math.cuh"
+#include "optimized/lab/cuda_backend.hpp"
+#include "optimized/lab/device_math.cuh"
 
 namespace {
 

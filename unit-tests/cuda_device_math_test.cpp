@@ -1,4 +1,4 @@
-// Host tests of models/lab/optimized/device_math.cuh: the per-element maths and the
+// Host tests of optimized/lab/device_math.cuh: the per-element maths and the
 // serial selection routines the CUDA kernels run, compiled here by the host
 // compiler. Brute-force references use std::sort with the spec's order.
 // Random cases print their seed; CED_TEST_SEED replays one.
@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "models/lab/optimized/device_math.cuh"
+#include "optimized/lab/device_math.cuh"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The CUDA backend run on the host emulation (models/lab/optimized/host_emulation.hpp):
+// The CUDA backend run on the host emulation (optimized/lab/host_emulation.hpp):
 // the device build's engine, forward pass, launchers and kernel bodies, every
 // grid run block by block on the CPU, with a host GEMM in place of cuBLAS.
 // Every mode of the golden set (full with decode, ced bounded / exact / full /
@@ -21,12 +21,12 @@
 #include "models/lab/plan.hpp"
 #include "model/run.hpp"
 #include "models/lab/weights.hpp"
-#include "models/lab/optimized/blas.hpp"
-#include "models/lab/optimized/device_math.cuh"
-#include "models/lab/optimized/host_emulation.hpp"
+#include "optimized/lab/blas.hpp"
+#include "optimized/lab/device_math.cuh"
+#include "optimized/lab/host_emulation.hpp"
 #include "compare/policy.hpp"
 #include "compare/run_compare.hpp"
-#include "models/lab/reference/backend.hpp"
+#include "reference/lab/backend.hpp"
 
 namespace {
 

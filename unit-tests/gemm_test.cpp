@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/error.hpp"
-#include "models/lab/reference/gemm.hpp"
+#include "reference/lab/gemm.hpp"
 
 namespace ced::ref::gemm {
 namespace {

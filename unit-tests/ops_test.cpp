@@ -6,7 +6,7 @@
 #include <cstring>
 #include <limits>
 
-#include "models/lab/reference/ops.hpp"
+#include "reference/lab/ops.hpp"
 
 using namespace ced;
 using namespace ced::ref;

@@ -10,7 +10,7 @@
 #include "model/error.hpp"
 #include "models/lab/plan.hpp"
 #include "model/run.hpp"
-#include "model/schedule.hpp"
+#include "models/lab/schedule.hpp"
 #include "models/lab/weights.hpp"
 
 using namespace ced;
@@ -62,11 +62,11 @@ TEST(RunRequest, ReplayPoliciesParseTheirNamesAndPositiveCounts) {
 
 TEST(RunRequest, ReplayLengthsFollowThePolicy) {
   const Plan p = make_plan(load_config("tiny"));
-  EXPECT_EQ(ReplayPolicy::parse("none").n_replay(p, 50), -1);
-  EXPECT_EQ(ReplayPolicy::parse("bounded").n_replay(p, 50), p.W);
-  EXPECT_EQ(ReplayPolicy::parse("exact").n_replay(p, 50), 1 + p.D * (p.W - 1));
-  EXPECT_EQ(ReplayPolicy::parse("full").n_replay(p, 50), 50);
-  EXPECT_EQ(ReplayPolicy::parse("9").n_replay(p, 50), 9);
+  EXPECT_EQ(ReplayPolicy::parse("none").n_replay(p.W, p.exact_replay(), 50), -1);
+  EXPECT_EQ(ReplayPolicy::parse("bounded").n_replay(p.W, p.exact_replay(), 50), p.W);
+  EXPECT_EQ(ReplayPolicy::parse("exact").n_replay(p.W, p.exact_replay(), 50), 1 + p.D * (p.W - 1));
+  EXPECT_EQ(ReplayPolicy::parse("full").n_replay(p.W, p.exact_replay(), 50), 50);
+  EXPECT_EQ(ReplayPolicy::parse("9").n_replay(p.W, p.exact_replay(), 50), 9);
 }
 
 TEST(RunRequest, EveryFaultParsesAndAnUnknownOneListsThemAll) {
@@ -136,7 +136,7 @@ ced::PersistedCache zero_cache(const Config& c, int64_t P) {
 }
 }  // namespace
 
-// check_cache (model/schedule.hpp): a cache of the wrong shape is refused,
+// check_cache (models/lab/schedule.hpp): a cache of the wrong shape is refused,
 // naming the layer, the matrix, its shape and the shape it must have.
 TEST(CacheCheck, WrongShapeIsNamedWithTheShapeItMustHave) {
   const Config c = builtin_config("tiny");

@@ -1,4 +1,4 @@
-// The gate's summary driver (models/v41/agreement_summary.cpp, docs/v41.md §12.4), run as a user runs it:
+// The gate's summary driver (checks/v41/agreement_summary.cpp, docs/v41.md §12.4), run as a user runs it:
 // it passes only when it judged at least one file and every file is within every bound, and a file
 // outside one is named with its first failure. Nothing judged is no pass.
 #include <gtest/gtest.h>

@@ -14,7 +14,7 @@
 
 #include "checks/v41_ced_checks.hpp"
 #include "models/v41/checkpoint.hpp"
-#include "models/v41/forward.hpp"
+#include "reference/v41/forward.hpp"
 #include "unit-tests/v41_test_model.hpp"
 
 using namespace ced;

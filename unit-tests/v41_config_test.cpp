@@ -16,7 +16,7 @@
 #include "model/error.hpp"
 #include "models/v41/boundary_lengths.hpp"
 #include "models/v41/config.hpp"
-#include "models/v41/forward.hpp"
+#include "models/v41/run_types.hpp"
 #include "models/v41/plan.hpp"
 
 using namespace ced::v41;

@@ -15,7 +15,7 @@
 
 #include "model/error.hpp"
 #include "models/v41/checkpoint.hpp"
-#include "models/v41/forward.hpp"
+#include "reference/v41/forward.hpp"
 #include "unit-tests/v41_test_model.hpp"
 
 using namespace ced;

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "model/error.hpp"
-#include "models/v41/forward.hpp"
+#include "reference/v41/forward.hpp"
 #include "unit-tests/test_seed.hpp"
-#include "models/v41/forward_ops.hpp"
+#include "reference/v41/forward_ops.hpp"
 #include "models/v41/numerics.hpp"
 
 using namespace ced;

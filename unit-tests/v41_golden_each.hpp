@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "models/v41/agreement.hpp"
-#include "models/v41/forward.hpp"
+#include "checks/v41/agreement.hpp"
+#include "reference/v41/forward.hpp"
 #include "models/v41/run_file.hpp"
 
 namespace ced::v41::testing {

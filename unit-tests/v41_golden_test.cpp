@@ -1,6 +1,6 @@
 // The v41 gate against DeepSeek's own code (docs/v41.md §12): every committed golden file of
 // golden/v41/ (the official inference/model.py run on a `ced export` checkpoint, scripts/
-// v41-official-golden.sh) agrees with our reference within the budgets of models/v41/agreement.cpp,
+// v41-official-golden.sh) agrees with our reference within the budgets of checks/v41/agreement.cpp,
 // layer by layer with teacher forcing and end to end; and each negative control (a bug a port really
 // had, planted) breaks a budget first at the layer where the bug lives.
 #include <gtest/gtest.h>
@@ -15,9 +15,9 @@
 #include <set>
 
 #include "model/error.hpp"
-#include "models/v41/agreement.hpp"
+#include "checks/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
-#include "models/v41/forward_ops.hpp"
+#include "reference/v41/forward_ops.hpp"
 #include "models/v41/numerics.hpp"
 #include "models/v41/run_file.hpp"
 

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "compare/op_bounds.hpp"
-#include "models/v41/agreement.hpp"
+#include "checks/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/config.hpp"
-#include "models/v41/forward.hpp"
+#include "reference/v41/forward.hpp"
 #include "models/v41/run_file.hpp"
 #include "unit-tests/legit_orders.hpp"
 #include "unit-tests/v41_golden_each.hpp"

@@ -1,4 +1,4 @@
-// docs/v41.md §13.5, §13.8: the span searches on the model (models/v41/spans.hpp) take the cones with the
+// docs/v41.md §13.5, §13.8: the span searches on the model (checks/v41/spans.hpp) take the cones with the
 // floor probe on and judge bits with it off. A bitwise verdict taken with the probe on is a finiteness
 // verdict: at the probe's K it holds by construction, so "bitwise at the probe" could never fail. On the
 // clean model both give the same answer where the cone is whole, so the verdicts' probe state is watched
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "models/v41/checkpoint.hpp"
-#include "models/v41/forward.hpp"
-#include "models/v41/spans.hpp"
+#include "reference/v41/forward.hpp"
+#include "checks/v41/spans.hpp"
 #include "unit-tests/v41_test_model.hpp"
 
 using namespace ced;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "model/error.hpp"
-#include "models/v41/agreement.hpp"
+#include "checks/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/run_file.hpp"
 #include "tools/v41_cache_hit.hpp"

@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "models/v41/forward.hpp"
+#include "models/v41/run_types.hpp"
 
 namespace ced::v41 {
 

@@ -10,7 +10,7 @@
 
 #include "io/safetensors.hpp"
 #include "models/v41/config.hpp"
-#include "models/v41/forward.hpp"
+#include "models/v41/run_types.hpp"
 #include "models/v41/plan.hpp"
 
 namespace ced::v41 {

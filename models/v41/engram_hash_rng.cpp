@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "model/error.hpp"
-#include "models/v41/forward.hpp"
+#include "models/v41/run_types.hpp"
 
 namespace ced::v41 {
 namespace {

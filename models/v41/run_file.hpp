@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "models/v41/config.hpp"
-#include "models/v41/forward.hpp"
+#include "models/v41/run_types.hpp"
 
 namespace ced::v41 {
 

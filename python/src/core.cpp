@@ -24,6 +24,7 @@
 #include "io/weights_export.hpp"
 #include "model/error.hpp"
 #include "models/lab/plan.hpp"
+#include "models/lab/schedule.hpp"
 #include "models/lab/weights.hpp"
 
 namespace py = pybind11;
@@ -272,7 +273,7 @@ PYBIND11_MODULE(_core, m) {
                     [](RunRequest& r, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& a) {
                       r.tokens = token_vector(a);
                     });
-  m.def("n_replay", [](const Config& c, const RunRequest& r) { return r.replay.n_replay(make_plan(c), r.n_prompt); });
+  m.def("n_replay", [](const Config& c, const RunRequest& r) { return n_replay(r.replay, make_plan(c), r.n_prompt); });
   m.def("validate_request", &validate_request);
 
   py::class_<LayerCapture>(m, "LayerCapture", "One layer's captured output X and selection S_l (docs/spec.md §9.1).")

@@ -15,10 +15,10 @@
 #include "model/error.hpp"
 #include "python/src/numpy_arrays.hpp"
 #include "models/lab/weights.hpp"
-#include "models/v41/agreement.hpp"
+#include "checks/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/config.hpp"
-#include "models/v41/forward.hpp"
+#include "reference/v41/forward.hpp"
 #include "models/v41/plan.hpp"
 #include "models/v41/run_file.hpp"
 

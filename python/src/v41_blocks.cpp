@@ -12,8 +12,8 @@
 
 #include "models/v41/config.hpp"
 #include "python/src/numpy_arrays.hpp"
-#include "models/v41/forward.hpp"
-#include "models/v41/forward_ops.hpp"
+#include "reference/v41/forward.hpp"
+#include "reference/v41/forward_ops.hpp"
 #include "models/v41/numerics.hpp"
 #include "models/v41/plan.hpp"
 
