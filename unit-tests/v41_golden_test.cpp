@@ -151,12 +151,18 @@ TEST_P(V41NegativeControl, BreaksABudgetFirstAtTheLayerAndTensorWhereTheBugLives
 INSTANTIATE_TEST_SUITE_P(
     PortBugs, V41NegativeControl,
     // Each bug fails at its op: the query's norm and its rotation at the query, the compressor's unrotated
-    // keys at the compressed KV it publishes.
+    // keys at the compressed KV it publishes, the transposed mixing matrix at the first input read after
+    // the attention's post mix (ffn_x), the capped top-k at the first selection with more groups than the cap.
     ::testing::Values(Control{V41Fault::v4_q_norm, "tiny-fp8-n17.h5", 0, "attn_q (forced x)"},
                       Control{V41Fault::one_rope_theta, "tiny-fp8-n17.h5", 1, "attn_q (forced x)"},
                       Control{V41Fault::unrotated_compressed_keys, "tiny-fp8-n17.h5", 1, "compress_kv (forced x)"},
                       Control{V41Fault::unclamped_shared_expert, "tiny-fp8-n17-hot.h5", 0, "ffn_out (forced x)"},
                       Control{V41Fault::mhc_same_sublayer, "tiny-fp8-n17.h5", 0, "attn_x"},
+                      Control{V41Fault::mhc_comb_transposed, "tiny-fp8-n17.h5", 0, "ffn_x"},
+                      Control{V41Fault::index_topk_capped, "tiny-fp8-n17.h5", 1, "topk_idxs (forced x)"},
+                      Control{V41Fault::mhc_comb_transposed, "wide-bf16-n33.h5", 0, "ffn_x"},
+                      // Row 32 of layer 3 (ratio 1) is the first with 33 groups, one more than the cap.
+                      Control{V41Fault::index_topk_capped, "wide-fp8-n33.h5", 3, "topk_idxs (forced x)"},
                       Control{V41Fault::v4_q_norm, "wide-bf16-n33.h5", 0, "attn_q (forced x)"},
                       Control{V41Fault::mhc_same_sublayer, "wide-bf16-n33.h5", 0, "attn_x"},
                       // Decode (prefill 13, 8 steps): the prefill's trailing token of layer 1's ratio-2 group
@@ -181,6 +187,22 @@ INSTANTIATE_TEST_SUITE_P(
 }  // namespace
 
 namespace {
+
+// A bug past the length the committed files reach passes them: index_topk hard-coded to half the config's
+// changes no selection while no row has more complete groups than the cap (v41_port_bugs_test measures the
+// length: cap + 1 groups of the finest index source, N = 5 on v41-tiny, 33 on v41-wide). The files of N = 1
+// stay below it; v41-tiny at N = 17 and v41-wide at N = 33 are past it, by one row on v41-wide (the PortBugs
+// rows above).
+TEST(V41PortBugsMissed, IndexTopkCappedPassesEveryFileBelowItsLength) {
+  for (const char* file : {"tiny-fp8-n1.h5", "tiny-bf16-n1.h5", "wide-bf16-n1.h5", "wide-fp8-n1.h5"}) {
+    const Loaded& l = load(file);
+    V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
+    model.set_fault(V41Fault::index_topk_capped);
+    const V41Agreement a = v41_agreement(model, l.file);
+    const V41TensorAgreement* f = a.first_failure();
+    EXPECT_EQ(f, nullptr) << file << ": " << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
+  }
+}
 
 // The switches of what the release leaves open (docs/v41.md §8.7) are not the official behaviour. Lower
 // index first on equal index scores moves selections the official code makes (ties are common: a

@@ -69,7 +69,8 @@ const std::vector<std::string>& v41_fault_names() {
                                                  "decode-group-rope-at-step", "decode-fresh-compressor",
                                                  "ced-ring-slot-of-row", "ced-floor-on-row-index",
                                                  "ced-cut-floor-flipped", "resume-start-off-by-one",
-                                                 "ced-replayed-row-ulp"};
+                                                 "ced-replayed-row-ulp", "mhc-comb-transposed",
+                                                 "index-topk-capped"};
   return names;
 }
 

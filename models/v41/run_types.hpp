@@ -72,6 +72,11 @@ enum class V41Fault {
   ced_replayed_row_ulp,       // ced: the tail's last row leaves every tail layer and the head one ulp (of
                               // double) above its value, every span and floor right: not a port's bug,
                               // a tail whose bits are off where they must be exact
+  mhc_comb_transposed,        // each sublayer's hc mixing matrix applied untransposed (Megatron-LM, NeMo):
+                              // comb[j, i] where comb[i, j] belongs; the captured matrix is right
+  index_topk_capped,          // the index top-k hard-coded to half the config's index_topk (ATOM's 1024 for
+                              // 512): the rest of each selection -1, prefill and decode; invisible while a
+                              // row has no more groups than the cap
 };
 const std::vector<std::string>& v41_fault_names();  // "none", "v4-q-norm", ... (the enum's order)
 V41Fault v41_fault_from_name(std::string_view name);  // InputError naming the known ones

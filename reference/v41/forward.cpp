@@ -143,7 +143,16 @@ V41LayerCapture V41Model::block(const fwd::LayerCtx& L, std::span<const double> 
   if (captures_) cap.attn_x = y;
   y = attend(y, cap);
   if (captures_) cap.attn_out = y;
-  x = fwd::hc_post(a, y, x, am.post, am.comb, N, hc, D);
+  // The planted mhc-comb-transposed applies each token's [hc, hc] matrix as its transpose.
+  auto applied = [&](const std::vector<double>& comb) {
+    if (fault_ != V41Fault::mhc_comb_transposed) return comb;
+    std::vector<double> t(comb.size());
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < hc; ++i)
+        for (int64_t j = 0; j < hc; ++j) t[static_cast<size_t>((n * hc + i) * hc + j)] = comb[static_cast<size_t>((n * hc + j) * hc + i)];
+    return t;
+  };
+  x = fwd::hc_post(a, y, x, am.post, applied(am.comb), N, hc, D);
 
   fwd::HcMix fm = fwd::hc_mixes(a, x, N, hc, D, w.hc_ffn_fn, w.hc_ffn_scale, w.hc_ffn_base, c.norm_eps,
                                 c.hc_sinkhorn_iters, c.hc_eps);
@@ -152,7 +161,7 @@ V41LayerCapture V41Model::block(const fwd::LayerCtx& L, std::span<const double> 
   if (captures_) cap.ffn_x = y;
   y = fwd::moe_forward(L, y, cap);
   if (captures_) cap.ffn_out = y;
-  cap.out = fwd::hc_post(a, y, x, fm.post, fm.comb, N, hc, D);
+  cap.out = fwd::hc_post(a, y, x, fm.post, applied(fm.comb), N, hc, D);
 
   cap.attn_pre = std::move(am.pre);
   cap.attn_post = std::move(am.post);

@@ -1,0 +1,60 @@
+// The ports' bugs planted in the reference (V41Fault), and the shortest prompt that shows each in the
+// logits' bits on v41-tiny. Below that length a port with the bug passes every comparison, bitwise; the
+// length follows from the config's constants, which is why a port's suite must reach it (docs/v41.md §13.10:
+// `ced spans` prints the boundary lengths).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "models/v41/checkpoint.hpp"
+#include "reference/v41/forward.hpp"
+#include "unit-tests/v41_test_model.hpp"
+
+namespace ced::v41 {
+namespace {
+
+using testing::prompt;
+using testing::tiny_checkpoint;
+
+// The shortest N in [1, n_max] whose prefill logits differ, bitwise, with the fault planted (0: none).
+int64_t shortest_visible(V41Fault fault, int64_t n_max) {
+  const V41Checkpoint& ck = tiny_checkpoint();
+  const V41EngramHashing hashing = v41_checkpoint_hashing(ck.config);
+  V41Model clean(ck.config, ck.weights, V41Regime::release), planted(ck.config, ck.weights, V41Regime::release);
+  clean.set_captures(false);
+  planted.set_captures(false);
+  planted.set_fault(fault);
+  const std::vector<int64_t> tokens = prompt(n_max, ck.config.vocab_size, 38);
+  for (int64_t N = 1; N <= n_max; ++N) {
+    const std::span<const int64_t> p(tokens.data(), static_cast<size_t>(N));
+    if (clean.forward(p, hashing).logits != planted.forward(p, hashing).logits) return N;
+  }
+  return 0;
+}
+
+// Megatron-LM's and NeMo's bug: the Sinkhorn matrix is not symmetric, so one token shows it.
+TEST(V41PortBugs, MhcCombTransposedMovesTheLogitsOfOneToken) {
+  EXPECT_EQ(shortest_visible(V41Fault::mhc_comb_transposed, 4), 1);
+}
+
+// ATOM's bug (index_topk hard-coded below the model's): a row selects among the groups complete at it, so the
+// cap changes nothing until some row of an index source has more groups than the cap.
+TEST(V41PortBugs, IndexTopkCappedIsInvisibleUntilARowHasMoreGroupsThanTheCap) {
+  const V41Config& c = tiny_checkpoint().config;
+  const V41Plan plan = make_v41_plan(c);
+  const int64_t cap = c.index_topk / 2;
+  int64_t expected = 0;  // the first N whose last row has cap + 1 complete groups, over the index sources
+  for (const LayerPlan& lp : plan.layers)
+    if (lp.owns_indexer) {
+      const int64_t n = (cap + 1) * lp.ratio;
+      if (expected == 0 || n < expected) expected = n;
+    }
+  const int64_t found = shortest_visible(V41Fault::index_topk_capped, 3 * c.window_size);
+  std::printf("index_topk %lld, cap %lld: visible from N = %lld (derived %lld)\n", (long long)c.index_topk,
+              (long long)cap, (long long)found, (long long)expected);
+  EXPECT_EQ(found, expected);
+}
+
+}  // namespace
+}  // namespace ced::v41
