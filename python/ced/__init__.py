@@ -147,7 +147,15 @@ def run(config: ConfigLike, tokens: Union[ArrayLike, int], mode: str = "full", r
     ``topk`` [P_l, k] or None), and the §9.1 attributes (``mode``, ``replay``, ``n_replay``,
     ``replay_start``, ``prefix_len``, ``decode_steps``, ``flops``).
     Raises :class:`InputError` for a request that breaks the spec, with the CLI's message.
+
+    A v41 config (a built-in ``v41-*`` or a release-layout folder) runs the release's reference instead
+    (:func:`ced.v41.run`, the same modes; ``backend`` and ``logits`` do not apply) and returns its result dict;
+    without ``capture`` its layers keep the selections, experts and mixes and the last row's output only.
     """
+    from . import v41
+    if v41.is_config(config):  # the release's family: ced.v41.run's result dict
+        return v41.run(config, tokens, mode=mode, replay=replay, prefix=prefix, decode=decode, weight_seed=weight_seed,
+                       token_seed=token_seed, capture=capture)
     cfg = _as_config(config)
     if isinstance(tokens, (int, np.integer)):
         tokens = _core.tokens(cfg, int(tokens) + int(decode), int(token_seed))
@@ -276,6 +284,9 @@ def compare(test: RunResult, reference: RunResult, policy: Optional[str] = None,
     Returns a :class:`CompareReport` (``passed``, ``first_divergent_layer``, per-tensor
     metrics and worst places; ``str(report)`` is ``ced diff``'s table).
     """
+    if not isinstance(test, RunResult) or not isinstance(reference, RunResult):
+        raise InputError("ced.compare judges two lab runs (ced.RunResult); v41 runs are judged by `ced diff A.h5 B.h5` "
+                         "(write them with ced.write_run) or ced.v41.gate, whose judge needs the model")
     return _compare_report(_core.diff(test, reference, _policy_path(policy), run))
 
 
@@ -302,7 +313,14 @@ def write_run(path: Union[str, "os.PathLike[str]"], config: ConfigLike, tokens: 
     ``tokens_explicit`` defaults to whether they differ from §2.3's stream for ``token_seed``.
     ``weights_dtype`` ``"f32"``/``"f64"``/``"bf16"`` also stores ``/weights``.
     ``ced diff`` and ``ced gate`` read what this writes.
+
+    With a v41 config, ``runs`` is one prefill's result dict (``logits`` and the captures the engine has) and
+    the file is the v41 run file (:func:`ced.v41.write_run`; ``weight_seed`` names the checkpoint's seed).
     """
+    from . import v41
+    if v41.is_config(config):  # one prefill's result dict, in the v41 run file
+        v41.write_run(path, config, tokens, runs, weight_seed=weight_seed, generator=generator)
+        return
     cfg = _as_config(config)
     t = _numpy(tokens, np.int64)
     if tokens_explicit is None:
@@ -313,7 +331,11 @@ def write_run(path: Union[str, "os.PathLike[str]"], config: ConfigLike, tokens: 
 
 def read_run(path: Union[str, "os.PathLike[str]"]) -> RunFile:
     """Reads a run file (docs/spec.md §9.1), checked as ``ced diff`` checks it (in a child
-    process with a time and memory limit); :class:`InputError` with one line otherwise."""
+    process with a time and memory limit); :class:`InputError` with one line otherwise.
+    A v41 run file is read as :func:`ced.v41.read_run` reads it (a :class:`ced.v41.GoldenRun`)."""
+    if _core.v41_is_run_file(os.fspath(path)):
+        from . import v41
+        return v41.read_run(path)
     d = _core.read_run_file(os.fspath(path))
     d["runs"] = dict(d["runs"])
     return RunFile(**d)

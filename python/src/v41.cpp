@@ -8,6 +8,7 @@
 #include <pybind11/stl/filesystem.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -520,6 +521,48 @@ void bind_v41(py::module_& m) {
     }
     return o;
   }, "A v41 run file (docs/v41.md §12), read strictly: every capture as arrays, absent ones None.");
+  m.def("v41_is_run_file", [](const std::string& path) { return is_untrusted_v41_run_file(path); },
+        "Whether a file's /format is the v41 run file's (probed in a child process).");
+  // The inverse of v41_read_run_file for a prefill: what a port's engine captured, in the layout ced diff and
+  // ced gate read. The result dict holds logits [N, vocab] and, where the engine has them, final_collapsed,
+  // final_normed and layers (capture dicts, names as in docs/v41.md §9.3; absent or None: not written).
+  m.def("v41_write_run_file", [](const std::string& path, const std::string& config, const std::string& regime,
+                                 const Ints& tokens, const py::dict& result, const std::string& generator,
+                                 const std::string& weights_digest, std::optional<uint64_t> weight_seed,
+                                 const std::map<std::string, std::string>& provenance) {
+    V41RunFile f;
+    f.generator = generator;
+    f.config = config_named(config);
+    f.regime = v41_regime_from_name(regime);
+    f.weights_digest = weights_digest;
+    f.weight_seed = weight_seed;
+    // A built-in's random weights of a named seed are known: their digest, as ced run records it.
+    if (f.weights_digest.empty() && weight_seed && is_v41_builtin(config))
+      f.weights_digest = v41_weights_digest(make_v41_random_checkpoint(f.config, *weight_seed).weights);
+    f.provenance = provenance;
+    f.tokens = ints(tokens);
+    V41ForwardResult& r = f.result;
+    r.N = static_cast<int64_t>(f.tokens.size());
+    r.first_row = result.contains("first_row") ? result["first_row"].cast<int64_t>() : 0;
+    if (r.first_row != 0) throw InputError("a v41 run file holds a prefill from row 0 (first_row must be 0)");
+    r.logits = doubles_at(result, "logits");
+    r.final_collapsed = doubles_at(result, "final_collapsed");
+    r.final_normed = doubles_at(result, "final_normed");
+    if (result.contains("layers") && !result["layers"].is_none()) {
+      int64_t l = 0;
+      for (const py::handle& d : result["layers"].cast<py::list>()) {
+        V41LayerCapture cap = capture_from(py::reinterpret_borrow<py::object>(d));
+        cap.layer = l++;
+        const int64_t rows = r.N;
+        if (!cap.topk_idxs.empty() && rows > 0) cap.topk = static_cast<int64_t>(cap.topk_idxs.size()) / rows;
+        r.layers.push_back(std::move(cap));
+      }
+    }
+    write_v41_run_file(path, f);
+  }, py::arg("path"), py::arg("config"), py::arg("regime"), py::arg("tokens"), py::arg("result"),
+     py::arg("generator"), py::arg("weights_digest") = "", py::arg("weight_seed") = py::none(),
+     py::arg("provenance") = std::map<std::string, std::string>{},
+     "Writes a v41 run file (docs/v41.md §12) of one prefill, atomically; the reader's checks apply to what it reads.");
 
   m.def("v41_judge_values", [](const std::string& pass, int64_t layer, const std::string& kind, const Doubles& ours,
                                const Doubles& official, const std::string& at, int64_t row_len) {
