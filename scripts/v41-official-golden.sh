@@ -4,20 +4,44 @@
 # dtypes, so not part of CI; CI reads the committed files (unit-tests/v41_golden_test.cpp).
 #   scripts/v41-official-golden.sh OFFICIAL_DIR VENV_PYTHON [OUT_DIR]
 # OFFICIAL_DIR holds run_official.py with the release's inference/ folder and a CPU kernel port
-# (docs/v41.md §9.4); BUILD (default build/) holds the built `ced`. OUT_DIR defaults to golden/v41.
+# (docs/v41.md §9.4); CED names the `ced` binary (default BUILD/tools/ced, BUILD default build/); `ced golden
+# regenerate --dir golden/v41 --official O --python PY` runs this script. OUT_DIR defaults to golden/v41.
 # The prompt is run_official.py's --input-seed 0 draw; torch runs on one thread (its results depend on
 # the thread count). Exit 0 when every file is written, else the failing step's status.
 set -euo pipefail
-[ $# -ge 2 ] || { sed -n '2,9p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,10p' "$0" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 official=$(cd "$1" && pwd)
 py=$2
 out=${3:-$root/golden/v41}
-ced=${BUILD:-$root/build}/tools/ced
+ced=${CED:-${BUILD:-$root/build}/tools/ced}
 [ -x "$ced" ] || { echo "$0: no $ced (cmake --build build --target ced)" >&2; exit 2; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/v41-golden.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$out"
+# golden/v41-long: the lengths where ports broke (docs/v41.md §12.2), past the window, the candidate pool and
+# the top-k, in the release regime, with every capture (a file without sparse_attn's query and output is judged
+# there by budgets, not bounds); apart from golden/v41 because the default tier reads every file of that.
+if [ "$(basename "$out")" = v41-long ]; then
+  "$ced" export --config v41-tiny --weight-seed 0 --out "$tmp/v41-tiny" --shard-bytes 2000000 > /dev/null
+  "$ced" export --config v41-wide --weight-seed 0 --out "$tmp/v41-wide" --shard-bytes 2000000 > /dev/null
+  # v41-tiny (W = 16, index_topk 8, a candidate pool of 12 groups, original_seq_len 32, exact spans 31, 46, 91):
+  # each constant + 1; v41-wide (W = 128, index_topk 64): W + 1.
+  for spec in "v41-tiny:9 13 33 47 92" "v41-wide:129"; do
+    config=${spec%%:*}
+    for n in ${spec#*:}; do
+      "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/$config" \
+        --config-name "$config" --weight-seed 0 --mode fp8 --n "$n" --threads 1 --input-seed 0 \
+        --out "$out/${config#v41-}-fp8-n$n.h5"
+    done
+  done
+  # v41-wide's decode across its window: a prefill of 127, then 3 steps (positions 127 .. 129: the 128-slot
+  # ring wraps at 128, and a ratio-2 group completes at 127 and 129).
+  "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-wide" \
+    --config-name v41-wide --weight-seed 0 --mode fp8 --n 127 --decode-steps 3 --threads 1 --input-seed 0 \
+    --out "$out/wide-fp8-n127-d3.h5"
+  exit 0
+fi
 # config : the prompt lengths (N = 1; odd; below and above the window W = 16 of tiny; below the W = 128
 # of wide, whose files above it would weigh 8 MB each)
 for spec in "v41-tiny:1 5 17 40" "v41-wide:1 33"; do

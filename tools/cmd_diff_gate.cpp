@@ -180,11 +180,22 @@ Runner add_golden(CLI::App& app) {
   auto* sub = app.add_subcommand("golden", "golden files: `ced golden regenerate` is the one command that writes them");
   auto* regen = sub->add_subcommand("regenerate", "rewrite every golden file with reference-f64 (and their calibration)");
   regen->add_option("--dir", *dir, "golden directory")->capture_default_str();
+  auto official = std::make_shared<std::string>(), python = std::make_shared<std::string>();
+  regen->add_option("--official", *official,
+                    "v41: the folder of DeepSeek's run_official.py (its inference/ beside it); the v41 golden files "
+                    "are the official code's runs (a folder of v41 run files, or any folder with this option)");
+  regen->add_option("--python", *python, "v41: a Python whose torch has the FP8 dtypes");
   auto* calib = sub->add_subcommand(
       "calibrate", "measure the f32 reference's error against every golden tensor into DIR/calibration.toml");
   calib->add_option("--dir", *dir, "golden directory")->capture_default_str();
   sub->require_subcommand(1);
-  return {sub, [dir, calib] {
+  return {sub, [dir, calib, official, python] {
+            if (is_v41_golden_dir(*dir) && calib->parsed())
+              throw InputError(fmt::format("ced golden calibrate: {} holds v41 golden files, judged by derived bounds "
+                                           "(docs/sound-bounds.md); they have no calibration",
+                                           *dir));
+            if (!calib->parsed() && (is_v41_golden_dir(*dir) || !official->empty()))
+              return regenerate_v41_golden(*dir, *official, *python);
             if (calib->parsed()) {
               golden::write_golden_calibration(*dir, golden::measure_golden_calibration(*dir, true));
               std::printf("wrote %s\n", (std::filesystem::path(*dir) / golden::kCalibrationFile).string().c_str());

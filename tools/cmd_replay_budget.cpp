@@ -2,8 +2,6 @@
 // replay span B across seeds, optionally in shards that `ced merge` combines
 // into the very files an unsharded run writes.
 #include <fmt/format.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -140,18 +138,9 @@ bool draw_plots(const std::string& out, const Config& c, const std::vector<Budge
   const char* env = std::getenv("CED_GNUPLOT");
   const std::string program = env && *env ? env : "gnuplot";
   const std::string script = std::string(CED_SOURCE_DIR) + "/tools/replay-budget.gp";
-  std::vector<std::string> args = {program, "-e", vars, script};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (::posix_spawnp(&pid, program.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return false;
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 127) return false;  // the shell's "not found"
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    throw std::runtime_error(fmt::format("{} failed on {} (status {})", program, script, status));
+  const int status = run_program({program, "-e", vars, script});
+  if (status == 127) return false;  // not found
+  if (status != 0) throw std::runtime_error(fmt::format("{} failed on {} (status {})", program, script, status));
   return true;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <ctime>
@@ -10,6 +11,9 @@
 #include <limits>
 #include <sstream>
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "io/atomic_write.hpp"
@@ -126,6 +130,27 @@ void check_writable(const std::string& out) {
   const std::string probe = fmt::format("{}.probe.{}", out, ::getpid());
   write_text_atomically(probe, "");
   std::remove(probe.c_str());
+}
+
+int run_program(const std::vector<std::string>& args, bool quiet) {
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  ::posix_spawn_file_actions_init(&actions);
+  if (quiet) {
+    ::posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    ::posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  }
+  pid_t pid = 0;
+  const bool started = argv.size() >= 2 && ::posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ) == 0;
+  ::posix_spawn_file_actions_destroy(&actions);
+  if (!started) return 127;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
 }  // namespace ced::tools

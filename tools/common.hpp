@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backends/registry.hpp"
 #include "models/lab/config.hpp"
@@ -71,6 +72,9 @@ std::string first_config_difference(const Config& x, const Config& y, const std:
 
 // Writes `text` to `path` atomically (temporary file, then rename); InputError.
 void write_text_atomically(const std::string& path, const std::string& text);
+// Runs a program (args[0], looked up on PATH) with the process's environment and waits for it: its exit
+// status, 127 when it could not be started, 128 + the signal that ended it. quiet: its output discarded.
+int run_program(const std::vector<std::string>& args, bool quiet = false);
 // Fails (InputError) up front if files named `out`.* cannot be written: a long study must not find out
 // at its end.
 void check_writable(const std::string& out);

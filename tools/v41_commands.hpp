@@ -133,6 +133,10 @@ struct V41GateOptions {
   std::string fault = "none";  // test only: a planted v41 fault in our reference
 };
 bool is_v41_golden_dir(const std::string& dir);
+// `ced golden regenerate --dir DIR --official O --python PY` on the release's golden folder: the official code
+// (O's run_official.py, PY's torch) run by scripts/v41-official-golden.sh into DIR. InputError naming what is
+// missing; exit 1 when the script fails.
+int regenerate_v41_golden(const std::string& dir, const std::string& official, const std::string& python);
 
 // `ced diff A B` on two v41 run files of one model and prompt (tools/v41_diff.cpp): A judged against B op by
 // op, by the sound gate's bounds where A's inputs to the op are B's, the rest listed as not judged. The

@@ -91,6 +91,25 @@ bool is_v41_golden_dir(const std::string& dir) {
   return v41::is_untrusted_v41_run_file(files.front());
 }
 
+int regenerate_v41_golden(const std::string& dir, const std::string& official, const std::string& python) {
+  if (official.empty() || python.empty())
+    throw InputError(fmt::format(
+        "ced golden regenerate --dir {}: the v41 golden files are DeepSeek's official code's runs; give --official DIR "
+        "(its run_official.py beside the release's inference/) and --python PY (a Python whose torch has the FP8 "
+        "dtypes), docs/v41.md §12.2",
+        dir));
+  if (!fs::is_regular_file(fs::path(official) / "run_official.py"))
+    throw InputError(fmt::format("ced golden regenerate: {} holds no run_official.py", official));
+  if (run_program({python, "-c", "import torch; torch.float8_e4m3fn; torch.float4_e2m1fn_x2"}, true) != 0)
+    throw InputError(fmt::format("ced golden regenerate: {} cannot import torch with the FP8 and FP4 dtypes", python));
+  // The script exports each checkpoint with this very binary.
+  ::setenv("CED", fs::read_symlink("/proc/self/exe").c_str(), 1);
+  const int status = run_program({"bash", std::string(CED_SOURCE_DIR) + "/scripts/v41-official-golden.sh", official,
+                                  python, dir});
+  if (status != 0) std::fprintf(stderr, "ced golden regenerate: scripts/v41-official-golden.sh exited %d\n", status);
+  return status == 0 ? 0 : 1;
+}
+
 int gate_v41(const V41GateOptions& o) {
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(o.dir))

@@ -261,6 +261,19 @@ TEST(V41Cli, TheOracleRefusesABadV41ConfigInOneLine) {
   expect_refused("oracle --config v41-flash --prefix 512", "--prefix");
 }
 
+// The v41 golden files are the official code's runs: the one regenerate command runs it where torch is, and says
+// what it needs where it is not; they have no calibration (the gate's bounds are derived).
+TEST(V41Cli, GoldenRegenerateOnTheReleaseFolderNamesWhatTheOfficialCodeNeeds) {
+  const std::string v41 = std::string(CED_SOURCE_DIR) + "/golden/v41";
+  expect_refused("golden regenerate --dir " + v41, "give --official DIR");
+  expect_refused("golden regenerate --dir " + v41 + " --official " + scratch().string() + " --python python3",
+                 "holds no run_official.py");
+  std::ofstream(scratch() / "run_official.py") << "";
+  expect_refused("golden regenerate --dir " + v41 + " --official " + scratch().string() + " --python /bin/false",
+                 "cannot import torch");
+  expect_refused("golden calibrate --dir " + v41, "no calibration");
+}
+
 TEST(V41Cli, BadInputIsOneLineAndExit2) {
   const std::string d = exported().string();
   expect_refused("export --config v41-flash --out " + (scratch() / "flash").string(), "billion parameters");
