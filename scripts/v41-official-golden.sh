@@ -40,6 +40,10 @@ if [ "$(basename "$out")" = v41-long ]; then
   "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-wide" \
     --config-name v41-wide --weight-seed 0 --mode fp8 --n 127 --decode-steps 3 --threads 1 --input-seed 0 \
     --out "$out/wide-fp8-n127-d3.h5"
+  # v41-tiny's decode after a prompt of W + 1 = 17: the ring the prefill hands over has wrapped.
+  "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny" \
+    --config-name v41-tiny --weight-seed 0 --mode fp8 --n 17 --decode-steps 4 --threads 1 --input-seed 0 \
+    --out "$out/tiny-fp8-n17-d4.h5"
   exit 0
 fi
 # config : the prompt lengths (N = 1; odd; below and above the window W = 16 of tiny; below the W = 128

@@ -160,6 +160,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Control{V41Fault::mhc_same_sublayer, "tiny-fp8-n17.h5", 0, "attn_x"},
                       Control{V41Fault::mhc_comb_transposed, "tiny-fp8-n17.h5", 0, "ffn_x"},
                       Control{V41Fault::index_topk_capped, "tiny-fp8-n17.h5", 1, "topk_idxs (forced x)"},
+                      Control{V41Fault::index_relu_dropped, "tiny-fp8-n17.h5", 3, "topk_idxs (forced x)"},
                       Control{V41Fault::mhc_comb_transposed, "wide-bf16-n33.h5", 0, "ffn_x"},
                       // Row 32 of layer 3 (ratio 1) is the first with 33 groups, one more than the cap.
                       Control{V41Fault::index_topk_capped, "wide-fp8-n33.h5", 3, "topk_idxs (forced x)"},
@@ -200,6 +201,19 @@ TEST(V41PortBugsMissed, IndexTopkCappedPassesEveryFileBelowItsLength) {
     model.set_fault(V41Fault::index_topk_capped);
     const V41Agreement a = v41_agreement(model, l.file);
     const V41TensorAgreement* f = a.first_failure();
+    EXPECT_EQ(f, nullptr) << file << ": " << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
+  }
+}
+
+// The index score's ReLU dropped moves no selection while every group is selected (no more than index_topk = 8
+// of them: N <= 8 on v41-tiny's ratio-1 source, 16 on its ratio-2 ones), and the gate judges selections, not the
+// scores: the files of N = 1 and 5 pass it; N = 17 fails it at layer 3 (the PortBugs row above).
+TEST(V41PortBugsMissed, IndexReluDroppedPassesEveryFileWhoseRowsSelectEveryGroup) {
+  for (const char* file : {"tiny-fp8-n1.h5", "tiny-fp8-n5.h5", "tiny-bf16-n5.h5"}) {
+    const Loaded& l = load(file);
+    V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
+    model.set_fault(V41Fault::index_relu_dropped);
+    const V41TensorAgreement* f = v41_agreement(model, l.file).first_failure();
     EXPECT_EQ(f, nullptr) << file << ": " << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
   }
 }

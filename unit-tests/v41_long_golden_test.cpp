@@ -1,7 +1,7 @@
 // The release's golden runs at the lengths where ports broke (golden/v41-long, docs/v41.md §12.3): DeepSeek's
 // official code past v41-tiny's top-k, candidate pool, window and exact spans, and past v41-wide's window in a
 // prefill and in decode steps across its ring's wrap. The gate passes every one; the ports' bugs planted in our
-// reference fail it at the layer and tensor where they live. The long tier's (the files weigh 43 MB).
+// reference fail it at the layer and tensor where they live. The long tier's (the files weigh 44 MB).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -17,8 +17,9 @@ namespace {
 
 const std::string kDir = CED_V41_LONG_GOLDEN_DIR;
 
+// name: a file of golden/v41-long, or a path.
 V41Agreement judged(const std::string& name, V41Fault fault) {
-  const V41RunFile file = read_v41_run_file(kDir + "/" + name);
+  const V41RunFile file = read_v41_run_file(name.find('/') == std::string::npos ? kDir + "/" + name : name);
   const V41Checkpoint ck = v41_golden_checkpoint(file);
   V41Model model(ck.config, ck.weights, file.regime);
   model.set_fault(fault);
@@ -35,7 +36,8 @@ TEST_P(V41LongGolden, TheOfficialRunPassesTheGate) {
 
 INSTANTIATE_TEST_SUITE_P(Files, V41LongGolden,
                          ::testing::Values("tiny-fp8-n9.h5", "tiny-fp8-n13.h5", "tiny-fp8-n33.h5", "tiny-fp8-n47.h5",
-                                           "tiny-fp8-n92.h5", "wide-fp8-n129.h5", "wide-fp8-n127-d3.h5"),
+                                           "tiny-fp8-n92.h5", "tiny-fp8-n17-d4.h5", "wide-fp8-n129.h5",
+                                           "wide-fp8-n127-d3.h5"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
@@ -71,13 +73,24 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Planted{V41Fault::index_topk_capped, "wide-fp8-n129.h5", 1, "topk_idxs (forced x)"},
                       Planted{V41Fault::index_topk_capped, "tiny-fp8-n9.h5", 3, "topk_idxs (forced x)"},
                       Planted{V41Fault::mhc_comb_transposed, "wide-fp8-n129.h5", 0, "ffn_x"},
-                      Planted{V41Fault::decode_fresh_compressor, "wide-fp8-n127-d3.h5", 1, "decode seed kv_state"}),
+                      Planted{V41Fault::decode_fresh_compressor, "wide-fp8-n127-d3.h5", 1, "decode seed kv_state"},
+                      Planted{V41Fault::window_ring_drops_last, "tiny-fp8-n17-d4.h5", 0, "decode seed window"}),
     [](const auto& info) {
       std::string n = std::string(v41_fault_names()[static_cast<size_t>(info.param.fault)]) + "_on_" + info.param.file;
       for (char& c : n)
         if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
       return n;
     });
+
+// The MLX ports' ring bug needs a decode after a prompt longer than the window: every other decode file has a
+// prompt within it (tiny's 13 of 16, wide's 127 of 128), and the gate passes the bug there.
+TEST(V41LongGoldenMissed, WindowRingDropsLastPassesEveryDecodeAfterAPromptWithinTheWindow) {
+  for (const std::string& file : {std::string(CED_V41_GOLDEN_DIR) + "/tiny-fp8-n13-d8.h5",
+                                  std::string(CED_V41_GOLDEN_DIR) + "/tiny-bf16-n13-d8.h5", kDir + "/wide-fp8-n127-d3.h5"}) {
+    const V41TensorAgreement* f = judged(file, V41Fault::window_ring_drops_last).first_failure();
+    EXPECT_EQ(f, nullptr) << file << ": " << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
+  }
+}
 
 }  // namespace
 }  // namespace ced::v41

@@ -33,6 +33,53 @@ int64_t shortest_visible(V41Fault fault, int64_t n_max) {
   return 0;
 }
 
+// The shortest prefill N in [1, n_max] after which one decode step's logits differ, bitwise (0: none).
+int64_t shortest_visible_in_decode(V41Fault fault, int64_t n_max) {
+  const V41Checkpoint& ck = tiny_checkpoint();
+  const V41EngramHashing hashing = v41_checkpoint_hashing(ck.config);
+  V41Model clean(ck.config, ck.weights, V41Regime::release), planted(ck.config, ck.weights, V41Regime::release);
+  planted.set_fault(fault);
+  const std::vector<int64_t> tokens = prompt(n_max + 1, ck.config.vocab_size, 39);
+  for (int64_t N = 1; N <= n_max; ++N) {
+    const std::span<const int64_t> p(tokens.data(), static_cast<size_t>(N));
+    V41DecodeState a, b;
+    clean.forward(p, hashing, &a);
+    planted.forward(p, hashing, &b);
+    const int64_t next = tokens[static_cast<size_t>(N)];
+    if (clean.decode_step(next, hashing, a).logits != planted.decode_step(next, hashing, b).logits) return N;
+  }
+  return 0;
+}
+
+// 1Cat-vLLM's bug: a head's negative index score is kept. It cannot move a selection while no row has more
+// groups than index_topk to choose among (every group is selected, whatever its score): no prompt shorter than
+// index_topk + 1 groups of the finest index source shows it. From there it shows when the changed scores
+// reorder the groups around the cut, which a prompt decides: on this one, one row later (N = 10 on v41-tiny).
+TEST(V41PortBugs, IndexReluDroppedIsInvisibleUntilTheTopKChooses) {
+  const V41Config& c = tiny_checkpoint().config;
+  const V41Plan plan = make_v41_plan(c);
+  int64_t expected = 0;
+  for (const LayerPlan& lp : plan.layers)
+    if (lp.owns_indexer) {
+      const int64_t n = (c.index_topk + 1) * lp.ratio;
+      if (expected == 0 || n < expected) expected = n;
+    }
+  const int64_t found = shortest_visible(V41Fault::index_relu_dropped, 3 * c.window_size);
+  std::printf("index_topk %lld: visible from N = %lld (never before %lld)\n", (long long)c.index_topk,
+              (long long)found, (long long)expected);
+  EXPECT_GE(found, expected);
+  EXPECT_LE(found, expected + c.window_size) << "the bug stayed hidden (0: on every length tried)";
+  EXPECT_GT(found, 0);
+}
+
+// The MLX ports' bug: the ring the prefill hands to decode lacks its last row's entry once the prompt is longer
+// than the window. The prefill itself is right, so only a decode step after a prompt of W + 1 shows it.
+TEST(V41PortBugs, WindowRingDropsLastShowsInTheFirstDecodeStepAfterAPromptOfWPlus1) {
+  const V41Config& c = tiny_checkpoint().config;
+  EXPECT_EQ(shortest_visible(V41Fault::window_ring_drops_last, c.window_size + 2), 0);
+  EXPECT_EQ(shortest_visible_in_decode(V41Fault::window_ring_drops_last, 2 * c.window_size), c.window_size + 1);
+}
+
 // Megatron-LM's and NeMo's bug: the Sinkhorn matrix is not symmetric, so one token shows it.
 TEST(V41PortBugs, MhcCombTransposedMovesTheLogitsOfOneToken) {
   EXPECT_EQ(shortest_visible(V41Fault::mhc_comb_transposed, 4), 1);

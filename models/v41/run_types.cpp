@@ -70,7 +70,8 @@ const std::vector<std::string>& v41_fault_names() {
                                                  "ced-ring-slot-of-row", "ced-floor-on-row-index",
                                                  "ced-cut-floor-flipped", "resume-start-off-by-one",
                                                  "ced-replayed-row-ulp", "mhc-comb-transposed",
-                                                 "index-topk-capped"};
+                                                 "index-topk-capped", "index-relu-dropped",
+                                                 "window-ring-drops-last"};
   return names;
 }
 

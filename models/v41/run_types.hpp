@@ -77,6 +77,9 @@ enum class V41Fault {
   index_topk_capped,          // the index top-k hard-coded to half the config's index_topk (ATOM's 1024 for
                               // 512): the rest of each selection -1, prefill and decode; invisible while a
                               // row has no more groups than the cap
+  index_relu_dropped,         // the index score's ReLU left out (1Cat-vLLM): negative head scores subtract
+  window_ring_drops_last,     // a prefill longer than the window seeds the decode's ring without its last
+                              // row's entry (MLX ports: no N - 1 entry once the 128-slot ring wraps)
 };
 const std::vector<std::string>& v41_fault_names();  // "none", "v4-q-norm", ... (the enum's order)
 V41Fault v41_fault_from_name(std::string_view name);  // InputError naming the known ones

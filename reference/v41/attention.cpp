@@ -236,8 +236,10 @@ std::vector<double> attention_forward(const LayerCtx& L, std::span<const double>
     const int64_t W = c.window_size;
     L.cache->window.assign(static_cast<size_t>(W * hd), 0.0);
     for (int64_t t = std::max<int64_t>(0, N - W); t < N; ++t)
-      std::copy_n(kv.begin() + t * hd, hd,
-                  L.cache->window.begin() + ((L.fault == V41Fault::ced_ring_slot_of_row ? t : P0 + t) % W) * hd);
+      // The planted window-ring-drops-last leaves the last row's slot empty once the prompt wrapped the ring.
+      if (!(L.fault == V41Fault::window_ring_drops_last && P0 + N > W && t == N - 1))
+        std::copy_n(kv.begin() + t * hd, hd,
+                    L.cache->window.begin() + ((L.fault == V41Fault::ced_ring_slot_of_row ? t : P0 + t) % W) * hd);
   }
   const bool probe = L.floor_probe && (P0 > 0 || L.window_floor > 0);
   std::vector<int32_t> win = probe ? probe_window_idxs(N, c.window_size, P0, L.window_floor)

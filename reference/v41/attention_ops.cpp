@@ -255,6 +255,15 @@ void sparse_attn(const Arith& a, std::span<const double> q, int64_t N, int64_t H
 void index_scores(const LayerCtx& L, const double* dots, int64_t n, const double* w, double* out) {
   // Under f64 Arith::bf rounds nothing, so only the emulating regimes' bf16 scores are rounded.
   const bool rounded = L.a.emulate && L.options.index_scores == V41IndexScores::bf16;
+  if (L.fault == V41Fault::index_relu_dropped) {  // the planted port bug: the same sums with no relu
+    auto bf1 = [&](double v) { return rounded ? L.a.bf(v) : v; };
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t h = 0; h < L.c.index_n_heads; ++h) s = L.a.add(s, bf1(L.a.mul(bf1(dots[h * n + j]), w[h])));
+      out[j] = bf1(s);
+    }
+    return;
+  }
   (L.a.emulate ? index_scores_f32 : index_scores_f64)(dots, n, L.c.index_n_heads, w, rounded, out);
 }
 
