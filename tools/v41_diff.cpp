@@ -54,7 +54,8 @@ int diff_v41(const V41DiffOptions& o) {
         v41::V41ForcedLayer f;
         f.hash_ids.assign(x.hash_ids.begin(), x.hash_ids.end());
         f.block = x;
-        if (!keep(same_bits(x.engram_in, y.engram_in), "Engram (its input streams differ)", l)) f.block.in.clear();
+        // Engram's inputs differing, the judge leaves it (its block stays judged on A's own captures).
+        keep(same_bits(x.engram_in, y.engram_in), "Engram (its input streams differ)", l);
         if (!keep(same_bits(x.in, y.in) && same_bits(x.pre_mix, y.pre_mix), "attn_x (its streams or pre_mix differ)", l))
           f.block.attn_x.clear();
         const bool x_equal = same_bits(x.attn_x, y.attn_x);

@@ -261,6 +261,28 @@ TEST(V41Cli, TheOracleRefusesABadV41ConfigInOneLine) {
   expect_refused("oracle --config v41-flash --prefix 512", "--prefix");
 }
 
+// Two correct implementations differ upstream of most ops, so ced diff judges A's block on A's own captures and
+// leaves an op whose inputs differ unjudged: our reference's run file of an official file's prompt passes it
+// (it failed the official's wide N = 33 when a differing Engram input cleared A's block streams and the block
+// fell back to a measured budget).
+TEST(V41Cli, DiffOfOurRunAgainstTheOfficialsOnItsPromptPasses) {
+  for (const std::string name : {"wide-fp8-n33"}) {
+    const v41::V41RunFile official = v41::read_v41_run_file(std::string(CED_SOURCE_DIR) + "/golden/v41/" + name + ".h5");
+    std::ofstream ids(scratch() / (name + ".txt"));
+    for (const int64_t id : official.tokens) ids << id << ' ';
+    ids.close();
+    const fs::path ours = scratch() / ("ours-" + name + ".h5");
+    const test::Result r = ced("run --config " + official.config.name + " --regime " +
+                               v41::v41_regime_name(official.regime) + " --token-file " +
+                               (scratch() / (name + ".txt")).string() + " --out " + ours.string());
+    ASSERT_EQ(r.code, 0) << r.err;
+    const test::Result d =
+        ced("diff " + ours.string() + " " + std::string(CED_SOURCE_DIR) + "/golden/v41/" + name + ".h5");
+    EXPECT_EQ(d.code, 0) << name << "\n" << d.out << d.err;
+    EXPECT_NE(d.out.find("ops not judged"), std::string::npos) << d.out;
+  }
+}
+
 // The v41 golden files are the official code's runs: the one regenerate command runs it where torch is, and says
 // what it needs where it is not; they have no calibration (the gate's bounds are derived).
 TEST(V41Cli, GoldenRegenerateOnTheReleaseFolderNamesWhatTheOfficialCodeNeeds) {

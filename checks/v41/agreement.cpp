@@ -775,7 +775,11 @@ void judge_layer(Gate& g, int64_t l, const V41SharedAttention& after, const V41F
   const V41LayerCapture& o = off.result.layers[static_cast<size_t>(l)];
   const V41LayerCapture& block = ours.block;
   if (lp.engram) g.lists(l, "hash_ids", ours.hash_ids, o.hash_ids, {}, 0);
-  if (lp.engram && g.bounds && !o.engram_in.empty() && !o.hash_ids.empty() && !o.in.empty()) {
+  // Engram is judged on the official's streams: a side that shows other streams into it (ced diff of two files
+  // that differ upstream) has its Engram not judged, its block still judged on its own captures below.
+  const bool engram_on_theirs = block.engram_in.empty() || same_bits(block.engram_in, o.engram_in);
+  if (lp.engram && !engram_on_theirs) {
+  } else if (lp.engram && g.bounds && !o.engram_in.empty() && !o.hash_ids.empty() && !o.in.empty()) {
     // Engram on the official's streams and hash ids, ours on the hash ids it read.
     const std::vector<int64_t> theirs(o.hash_ids.begin(), o.hash_ids.end());
     const std::vector<int64_t> own = block.hash_ids.empty() ? theirs : std::vector<int64_t>(block.hash_ids.begin(), block.hash_ids.end());
