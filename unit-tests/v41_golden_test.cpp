@@ -172,6 +172,7 @@ INSTANTIATE_TEST_SUITE_P(
                       // index-key pointer, whose keys select otherwise at step 5 (position 18: 9 groups
                       // for 8 picks, the group open).
                       Control{V41Fault::decode_fresh_compressor, "tiny-fp8-n13-d8.h5", 1, "decode seed kv_state"},
+                      Control{V41Fault::index_cache_offset, "tiny-fp8-n13-d8.h5", 1, "decode topk_idxs (forced x)", "decode forced"},
                       Control{V41Fault::decode_group_rope_at_step, "tiny-fp8-n13-d8.h5", 1,
                               "decode attn_out (forced x)", "decode forced"},
                       Control{V41Fault::none, "tiny-bf16-n13-d8.h5", 1, "decode topk_idxs (forced x)", "decode forced",

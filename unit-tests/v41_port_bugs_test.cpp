@@ -80,6 +80,26 @@ TEST(V41PortBugs, WindowRingDropsLastShowsInTheFirstDecodeStepAfterAPromptOfWPlu
   EXPECT_EQ(shortest_visible_in_decode(V41Fault::window_ring_drops_last, 2 * c.window_size), c.window_size + 1);
 }
 
+// 1Cat-vLLM's indexer-cache offsets: a decode step reads each group's index key one group late. Like any score
+// change it moves no selection while the step's groups are no more than index_topk (all selected): no prompt
+// shorter than index_topk × the finest ratio shows it in the step after it.
+TEST(V41PortBugs, IndexCacheOffsetShowsInDecodeOnlyOnceTheTopKChooses) {
+  const V41Config& c = tiny_checkpoint().config;
+  const V41Plan plan = make_v41_plan(c);
+  int64_t expected = 0;  // the prompt whose next step (position N) has index_topk + 1 groups
+  for (const LayerPlan& lp : plan.layers)
+    if (lp.owns_indexer) {
+      const int64_t n = (c.index_topk + 1) * lp.ratio - 1;
+      if (expected == 0 || n < expected) expected = n;
+    }
+  EXPECT_EQ(shortest_visible(V41Fault::index_cache_offset, c.window_size), 0) << "a prefill reads no cache";
+  const int64_t found = shortest_visible_in_decode(V41Fault::index_cache_offset, 3 * c.window_size);
+  std::printf("decode after N = %lld first shows it (never before %lld)\n", (long long)found, (long long)expected);
+  EXPECT_GE(found, expected);
+  EXPECT_LE(found, expected + c.window_size);
+  EXPECT_GT(found, 0);
+}
+
 // Megatron-LM's and NeMo's bug: the Sinkhorn matrix is not symmetric, so one token shows it.
 TEST(V41PortBugs, MhcCombTransposedMovesTheLogitsOfOneToken) {
   EXPECT_EQ(shortest_visible(V41Fault::mhc_comb_transposed, 4), 1);

@@ -80,6 +80,8 @@ enum class V41Fault {
   index_relu_dropped,         // the index score's ReLU left out (1Cat-vLLM): negative head scores subtract
   window_ring_drops_last,     // a prefill longer than the window seeds the decode's ring without its last
                               // row's entry (MLX ports: no N - 1 entry once the 128-slot ring wraps)
+  index_cache_offset,         // decode reads the index-key cache one group late (1Cat-vLLM's byte offsets):
+                              // group g's score from key g + 1, the last from an empty row
 };
 const std::vector<std::string>& v41_fault_names();  // "none", "v4-q-norm", ... (the enum's order)
 V41Fault v41_fault_from_name(std::string_view name);  // InputError naming the known ones

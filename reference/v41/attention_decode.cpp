@@ -84,7 +84,13 @@ std::vector<int32_t> indexer_step(const LayerCtx& L, std::span<const double> x, 
   qdq_fp4_32(L.a, q, ID);
   const Vec wts = index_weights(L, x, 1);
   Vec dots(static_cast<size_t>(IH * T));
-  linear(L.a, q, IH, ID, std::span<const double>(keys).first(static_cast<size_t>(T * ID)), T, dots, false);
+  if (L.fault == V41Fault::index_cache_offset) {  // the planted port bug: rows read one group late, the last empty
+    Vec late(static_cast<size_t>(T * ID), 0.0);
+    std::copy(keys.begin() + ID, keys.begin() + T * ID, late.begin());
+    linear(L.a, q, IH, ID, late, T, dots, false);
+  } else {
+    linear(L.a, q, IH, ID, std::span<const double>(keys).first(static_cast<size_t>(T * ID)), T, dots, false);
+  }
   Vec score(static_cast<size_t>(T));
   index_scores(L, dots.data(), T, wts.data(), score.data());
 
