@@ -778,16 +778,18 @@ void judge_layer(Gate& g, int64_t l, const V41SharedAttention& after, const V41F
   // Engram is judged on the official's streams: a side that shows other streams into it (ced diff of two files
   // that differ upstream) has its Engram not judged, its block still judged on its own captures below.
   const bool engram_on_theirs = block.engram_in.empty() || same_bits(block.engram_in, o.engram_in);
-  if (lp.engram && !engram_on_theirs) {
-  } else if (lp.engram && g.bounds && !o.engram_in.empty() && !o.hash_ids.empty() && !o.in.empty()) {
-    // Engram on the official's streams and hash ids, ours on the hash ids it read.
-    const std::vector<int64_t> theirs(o.hash_ids.begin(), o.hash_ids.end());
-    const std::vector<int64_t> own = block.hash_ids.empty() ? theirs : std::vector<int64_t>(block.hash_ids.begin(), block.hash_ids.end());
-    g.bounded(l, "in", block.in, o.in, v41_engram_bounds(m, l, o.engram_in, theirs, N, *g.bounds), c.dim, {},
-              own == theirs || own.size() != theirs.size() ? std::vector<bounds::BoundedValue>{}
-                                                           : v41_engram_bounds(m, l, o.engram_in, own, N, *g.bounds));
-  } else if (lp.engram) {
-    g.values(l, "in", block.in, o.in, c.dim);
+  if (lp.engram && engram_on_theirs) {
+    if (g.bounds && !o.engram_in.empty() && !o.hash_ids.empty() && !o.in.empty()) {
+      // Engram on the official's streams and hash ids, ours on the hash ids it read.
+      const std::vector<int64_t> theirs(o.hash_ids.begin(), o.hash_ids.end());
+      const std::vector<int64_t> own =
+          block.hash_ids.empty() ? theirs : std::vector<int64_t>(block.hash_ids.begin(), block.hash_ids.end());
+      g.bounded(l, "in", block.in, o.in, v41_engram_bounds(m, l, o.engram_in, theirs, N, *g.bounds), c.dim, {},
+                own == theirs || own.size() != theirs.size() ? std::vector<bounds::BoundedValue>{}
+                                                             : v41_engram_bounds(m, l, o.engram_in, own, N, *g.bounds));
+    } else {
+      g.values(l, "in", block.in, o.in, c.dim);
+    }
   }
   if (g.bounds && !o.in.empty() && !o.attn_x.empty())  // the collapse and attn_norm, each side on its own streams
     g.bounded(l, "attn_x", block.attn_x, o.attn_x, v41_attn_x_bounds(m, l, o.in, o.pre_mix, N, *g.bounds), c.dim, {},

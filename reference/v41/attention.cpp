@@ -202,16 +202,15 @@ void select_row(const LayerCtx& L, std::span<const double> score, int64_t visibl
                 std::span<int32_t> out) {
   const int64_t k = static_cast<int64_t>(out.size());
   auto top = select_topk(score, k, L.a.emulate, L.options.topk_ties);
-  // The planted index-topk-capped keeps the cap's best (select_topk's first entries) and drops the rest.
-  std::vector<uint8_t> kept(top.size(), 1);
+  // The planted index-topk-capped keeps the cap's best (select_topk's first entries) and drops the rest, each
+  // dropped position p held as ~p (negative) so that it sorts in its place and is written -1.
   if (L.fault == V41Fault::index_topk_capped)
-    for (size_t j = static_cast<size_t>(std::max<int64_t>(1, L.c.index_topk / 2)); j < kept.size(); ++j) kept[j] = 0;
-  std::vector<std::pair<int64_t, uint8_t>> order;
-  for (size_t j = 0; j < top.size(); ++j) order.emplace_back(top[j], kept[j]);
-  std::sort(order.begin(), order.end());
+    for (size_t j = static_cast<size_t>(std::max<int64_t>(1, L.c.index_topk / 2)); j < top.size(); ++j) top[j] = ~top[j];
+  auto position = [](int64_t p) { return p < 0 ? ~p : p; };
+  std::sort(top.begin(), top.end(), [&](int64_t a, int64_t b) { return position(a) < position(b); });
   for (int64_t j = 0; j < k; ++j) {
-    const auto [p, keep] = order[static_cast<size_t>(j)];
-    out[static_cast<size_t>(j)] = p < visible && keep ? static_cast<int32_t>(p + offset) : -1;
+    const int64_t p = top[static_cast<size_t>(j)];
+    out[static_cast<size_t>(j)] = p >= 0 && p < visible ? static_cast<int32_t>(p + offset) : -1;
   }
 }
 

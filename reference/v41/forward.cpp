@@ -143,14 +143,17 @@ V41LayerCapture V41Model::block(const fwd::LayerCtx& L, std::span<const double> 
   if (captures_) cap.attn_x = y;
   y = attend(y, cap);
   if (captures_) cap.attn_out = y;
-  // The planted mhc-comb-transposed applies each token's [hc, hc] matrix as its transpose.
-  auto applied = [&](const std::vector<double>& comb) {
+  // The planted mhc-comb-transposed applies each token's [hc, hc] matrix as its transpose (a copy made only
+  // then; each sublayer's hc_post reads it before the next is made).
+  std::vector<double> transposed;
+  auto applied = [&](const std::vector<double>& comb) -> std::span<const double> {
     if (fault_ != V41Fault::mhc_comb_transposed) return comb;
-    std::vector<double> t(comb.size());
+    transposed.resize(comb.size());
     for (int64_t n = 0; n < N; ++n)
       for (int64_t i = 0; i < hc; ++i)
-        for (int64_t j = 0; j < hc; ++j) t[static_cast<size_t>((n * hc + i) * hc + j)] = comb[static_cast<size_t>((n * hc + j) * hc + i)];
-    return t;
+        for (int64_t j = 0; j < hc; ++j)
+          transposed[static_cast<size_t>((n * hc + i) * hc + j)] = comb[static_cast<size_t>((n * hc + j) * hc + i)];
+    return transposed;
   };
   x = fwd::hc_post(a, y, x, am.post, applied(am.comb), N, hc, D);
 

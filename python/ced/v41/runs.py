@@ -3,6 +3,7 @@ run file (docs/v41.md §12) a port writes of its own engine's captures so that `
 them beside ours or the official code's."""
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Mapping, Optional, Union
 
@@ -20,6 +21,12 @@ def is_config(config: Any) -> bool:
         return False
     c = os.fspath(config)
     return c in _core.v41_builtin_names() or os.path.isfile(os.path.join(c, "config.json"))
+
+
+@functools.lru_cache(maxsize=None)
+def _builtin_checkpoint(config: str, weight_seed: int) -> str:
+    """A built-in's checkpoint of a weight seed, exported once per process (every run of it reads that folder)."""
+    return str(config_checkpoint(config, weight_seed=weight_seed, purpose="run"))
 
 
 def run(config: str, tokens: Union[Any, int], mode: str = "full", replay: Optional[Union[str, int]] = None,
@@ -44,8 +51,7 @@ def run(config: str, tokens: Union[Any, int], mode: str = "full", replay: Option
     ``final_normed``, ``layers`` (capture dicts), with ``tokens`` and, with decode steps, ``decode`` (a list of
     step results). :class:`ced.InputError` with one line for a request the family refuses.
     """
-    folder = os.fspath(config) if os.path.isdir(os.fspath(config)) else str(config_checkpoint(config, weight_seed=weight_seed,
-                                                                                                purpose="run"))
+    folder = os.fspath(config) if os.path.isdir(os.fspath(config)) else _builtin_checkpoint(str(config), int(weight_seed))
     ref = _core.V41Reference(folder, regime)
     ref.set_captures(bool(capture))
     if isinstance(tokens, (int, np.integer)):
