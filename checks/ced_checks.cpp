@@ -10,7 +10,7 @@
 #include <map>
 #include <utility>
 
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "model/bisect.hpp"
 #include "oracle/analytic.hpp"
 #include "reference/lab/replays.hpp"

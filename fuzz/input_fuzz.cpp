@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "models/lab/config.hpp"
 #include "model/error.hpp"
 #include "models/lab/plan.hpp"

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <toml++/toml.h>
 
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "model/error.hpp"
 #include "compare/run_compare.hpp"
 #include "backends/registry.hpp"

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "io/untrusted.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "model/error.hpp"
 #include "models/lab/weights.hpp"
 #include "compare/run_compare.hpp"

@@ -8,7 +8,7 @@
 
 #include "backends/registry.hpp"
 #include "compare/run_compare.hpp"
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "model/run.hpp"
 
 namespace ced::golden {

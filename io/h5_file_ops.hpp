@@ -1,6 +1,6 @@
 #pragma once
 // An HDF5 file written atomically or read with its name in every error: shared by the run and cache
-// files (io/hdf5_file.cpp) and the model families' own files (models/v41/run_file.cpp). Like
+// files (models/lab/hdf5_files.cpp) and the model families' own files (models/v41/run_file.cpp). Like
 // h5_util.hpp, for the writers and readers of files, not for their users.
 #include <fmt/format.h>
 #include <unistd.h>

@@ -208,46 +208,16 @@ std::string run_isolated(const std::string& what, const IsolationLimits& limits,
   }
 }
 
-RunFile read_untrusted_run_file(const fs::path& path) {
+std::string read_through_copy(const fs::path& user, const std::function<std::string(const fs::path&)>& write_copy,
+                              const std::function<void(const fs::path&)>& read_back) {
   TempDir dir;
   const fs::path copy = dir.path / "copy.h5";
-  // The child returns what the copy cannot carry: the file's format version
-  // (the copy is written in the current one) and its weights dtype.
-  const std::string kept = run_isolated(path.string(), isolation_limits(path), [&] {
-    RunFile f = read_run_file(path);
-    const std::string w = f.weights_dtype;
-    // The weight tensors stay in the user's file (read_weight); the copy
-    // would otherwise regenerate the whole model from weight_seed.
-    f.weights_dtype.clear();
-    write_run_file(copy, f);
-    return std::to_string(f.format_version) + " " + w;
+  const std::string kept = run_isolated(user.string(), isolation_limits(user), [&] { return write_copy(copy); });
+  read_copy(user, [&] {
+    read_back(copy);
+    return 0;
   });
-  RunFile f = read_copy(path, [&] { return read_run_file(copy); });
-  const size_t space = kept.find(' ');
-  f.format_version = std::stoll(kept.substr(0, space));
-  f.weights_dtype = kept.substr(space + 1);
-  return f;
-}
-
-CacheFile read_untrusted_cache_file(const fs::path& path) {
-  TempDir dir;
-  const fs::path copy = dir.path / "copy.h5";
-  run_isolated(path.string(), isolation_limits(path), [&] {
-    write_cache_file(copy, read_cache_file(path));
-    return std::string();
-  });
-  return read_copy(path, [&] { return read_cache_file(copy); });
-}
-
-TableFile read_untrusted_table_file(const fs::path& path, const std::vector<std::string>& attr_names,
-                                    const std::vector<std::string>& group_names) {
-  TempDir dir;
-  const fs::path copy = dir.path / "copy.h5";
-  run_isolated(path.string(), isolation_limits(path), [&] {
-    write_table_file(copy, read_table_file(path, attr_names, group_names));
-    return std::string();
-  });
-  return read_copy(path, [&] { return read_table_file(copy, attr_names, group_names); });
+  return kept;
 }
 
 }  // namespace ced

@@ -8,7 +8,7 @@
 // before the read can rule it out. An untrusted file is therefore read in a
 // forked child under a time limit (alarm) and an address-space limit
 // (RLIMIT_AS). The child reads and validates it with the ordinary reader
-// (read_run_file, read_cache_file) and writes what it read to a private
+// (read_run_file, read_cache_file, read_v41_run_file) and writes what it read to a private
 // temporary file with this harness's own writer; the parent reads only that
 // copy. So the parent's HDF5 never sees the untrusted bytes (a file changed
 // between a check and a second read, or a library read past a buffer that
@@ -26,8 +26,8 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
-#include "io/hdf5_file.hpp"
 
 namespace ced {
 
@@ -43,11 +43,14 @@ struct IsolationLimits {
 // seconds (tests of the limit).
 IsolationLimits isolation_limits(const std::filesystem::path& path);
 
-RunFile read_untrusted_run_file(const std::filesystem::path& path);
-CacheFile read_untrusted_cache_file(const std::filesystem::path& path);
-// read_table_file's arguments (the shards of `ced merge`).
-TableFile read_untrusted_table_file(const std::filesystem::path& path, const std::vector<std::string>& attr_names,
-                                    const std::vector<std::string>& group_names);
+// The pattern of every reader of a user's file (each family's, models/lab/hdf5_files.hpp and
+// models/v41/run_file.hpp): in a forked child under isolation_limits(user), `write_copy(copy)` reads and
+// validates the user's file and writes what it read to `copy` (a private temporary file) with the harness's
+// writer, returning any text the copy cannot carry; then, in this process, `read_back(copy)` reads the copy
+// (its InputError re-thrown naming the user's file). Returns the child's text.
+std::string read_through_copy(const std::filesystem::path& user,
+                              const std::function<std::string(const std::filesystem::path& copy)>& write_copy,
+                              const std::function<void(const std::filesystem::path& copy)>& read_back);
 
 // The mechanism on its own (tested directly): runs `body` in a forked child
 // under `limits`. Returns the text the child's body returned. Rethrows the

@@ -359,8 +359,10 @@ def write_run_file(out: Path, t: dict, line: dict, meta: dict, args, official: P
             f.create_dataset(path, data=v.astype(np.int64), **opts)
 
     with h5py.File(tmp, "w", track_order=True) as f:
-        f.attrs["format"] = "ced-v41-run"
-        f.attrs["format_version"] = np.int64(1)
+        # the harness's one file format (io/file_identity.hpp), family v41: a full prefill of version 3
+        f.attrs["format"] = "ced-harness"
+        f.attrs["format_version"] = np.int64(3)
+        f.attrs["family"] = "v41"
         f.attrs["generator"] = ("DeepSeek-V4.1-Flash inference/model.py (revision "
                                 "dba1be0a40aa45a94ad051997016db3960a90277) through run_official.py, "
                                 "scripts/v41_official_capture.py")

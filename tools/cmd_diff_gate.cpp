@@ -5,7 +5,7 @@
 #include <map>
 #include <sstream>
 
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "io/untrusted.hpp"
 #include "model/error.hpp"
 #include "compare/run_compare.hpp"

@@ -2,7 +2,7 @@
 // optionally the prompt tokens, as safetensors (docs/spec.md §9.4) or HDF5 (§9.1).
 #include <fmt/format.h>
 
-#include "io/weights_export.hpp"
+#include "models/lab/weights_export.hpp"
 #include "model/error.hpp"
 #include "models/lab/weights.hpp"
 #include "tools/common.hpp"

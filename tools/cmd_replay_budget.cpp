@@ -14,7 +14,7 @@
 #include <omp.h>
 
 #include "checks/replay_budget.hpp"
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "io/untrusted.hpp"
 #include "model/error.hpp"
 #include "tools/common.hpp"

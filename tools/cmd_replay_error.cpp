@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "model/error.hpp"
 #include "tools/common.hpp"
 #include "tools/v41_commands.hpp"
@@ -37,9 +37,7 @@ Runner add_replay_error(CLI::App& app) {
   sub->add_option("--convention", v41->convention, "v41: the replay convention (docs/v41.md §13.1)")->capture_default_str();
   return {sub, [o, v41, sub] {
             if (names_v41_family(o->model.config)) {
-              if (sub->count("--prefix"))
-                throw InputError("--prefix: resume rows are not in the v41 sweep; `ced cache-hit --config C` measures a "
-                                 "resume after a prefix-cache hit per encoder-replay rule (docs/v41.md §13.8)");
+              v41->prefixes = o->sweep.prefixes;
               if (sub->count("--backend") || sub->count("--set"))
                 throw InputError("--backend and --set are the lab family's; the v41 sweep runs its reference");
               v41->config = o->model.config;

@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "io/untrusted.hpp"
 #include "model/error.hpp"
 #include "models/lab/schedule.hpp"
@@ -46,7 +46,7 @@ Runner add_run(CLI::App& app) {
     bool weights = false;
     std::string fault = "none", cache_out, cache_in;
     std::string checkpoint, regime = "release", token_file, topk_ties = "torch", index_scores = "bf16";
-    std::string decode_index_k = "official", convention = "sglang";
+    std::string decode_index_k = "official", convention = "sglang", rule = "vllm";
     int64_t speculative = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -74,8 +74,11 @@ Runner add_run(CLI::App& app) {
   sub->add_option("--replay", o->replay, "bounded | exact | full | K (ced, resume; default bounded)")
       ->check(non_empty());
   sub->add_option("--prefix", o->prefix, "resume: cached prefix length P")->transform(integer_in(0, kMaxLength));
-  sub->add_option("--resume-replay", o->resume_replay, "resume: encoder replay length (default W, docs/spec.md §6)")
+  sub->add_option("--resume-replay", o->resume_replay,
+                  "resume: encoder replay length (default W, docs/spec.md §6; v41: window rows rebuilt before the hit)")
       ->transform(integer_in(1, kMaxLength));
+  sub->add_option("--rule", o->rule, "v41, resume: vllm | trtllm | sglang (the encoder-replay rule, docs/v41.md §13.8)")
+      ->capture_default_str();
   sub->add_option("--decode", o->decode, "teacher-forced decode steps after the prefill")
       ->capture_default_str()
       ->transform(integer_in(0, kMaxLength));
@@ -96,10 +99,8 @@ Runner add_run(CLI::App& app) {
             if (v41) {
               if (!o->checkpoint.empty() && sub->count("--config") > 0)
                 throw InputError("--checkpoint: a folder carries its config; give --checkpoint or --config, not both");
-              refuse_given(sub,
-                           {"--prefix", "--resume-replay", "--capture", "--logits",
-                            "--weights", "--run", "--cache-in", "--cache-out", "--fault", "--set"},
-                           "not for a v41 run (a full prefill and decode steps; docs/v41.md §12)");
+              refuse_given(sub, {"--capture", "--logits", "--weights", "--run", "--cache-in", "--cache-out", "--fault", "--set"},
+                           "not for a v41 run (its run file holds every capture; docs/v41.md §12)");
               if ((sub->count("--tokens") > 0) == !o->token_file.empty())
                 throw InputError("--tokens or --token-file: a v41 run takes exactly one");
               if (!o->checkpoint.empty() && sub->count("--weight-seed") > 0)
@@ -114,14 +115,21 @@ Runner add_run(CLI::App& app) {
               r.index_scores = o->index_scores;
               r.decode_index_k = o->decode_index_k;
               r.decode = o->decode;
-              if (o->mode == "resume") throw InputError("--mode resume: not yet on the v41 family (full | ced)");
               r.mode = o->mode;
+              if (r.mode != "resume" && (sub->count("--prefix") > 0 || sub->count("--resume-replay") > 0 ||
+                                         sub->count("--rule") > 0))
+                throw InputError("--prefix, --resume-replay and --rule: a resume's (give --mode resume)");
+              if (r.mode == "resume" && sub->count("--prefix") == 0)
+                throw InputError("--mode resume: give the prefix-cache hit with --prefix H");
+              r.prefix = o->prefix;
+              if (sub->count("--resume-replay") > 0) r.rebuilt = o->resume_replay;
+              r.rule = o->rule;
               if (!o->replay.empty()) r.replay = o->replay;
               r.convention = o->convention;
               r.speculative = o->speculative;
               if (r.mode == "full" &&
                   (sub->count("--replay") > 0 || sub->count("--convention") > 0 || sub->count("--speculative") > 0))
-                throw InputError("--replay, --convention and --speculative: a ced run's (give --mode ced)");
+                throw InputError("--replay, --convention and --speculative: a ced or resume run's (give --mode ced)");
               if (sub->count("--backend") > 0) r.backend = o->backend;
               r.tokens = o->tokens;
               r.token_file = o->token_file;
@@ -129,7 +137,7 @@ Runner add_run(CLI::App& app) {
               return run_v41(r);
             }
             refuse_given(sub, {"--checkpoint", "--regime", "--token-file", "--topk-ties", "--index-scores", "--decode-index-k",
-                               "--convention", "--speculative"},
+                               "--convention", "--speculative", "--rule"},
                          fmt::format("an option of the v41 family; config {} is a lab config", o->model.config));
             if (sub->count("--tokens") == 0) throw InputError("--tokens is required");
             if (o->out.empty()) throw InputError("--out is required");

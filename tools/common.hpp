@@ -97,5 +97,6 @@ Runner add_export(CLI::App& app);
 Runner add_replay_budget(CLI::App& app);
 Runner add_merge(CLI::App& app);
 Runner add_cache_hit(CLI::App& app);
+Runner add_migrate(CLI::App& app);
 
 }  // namespace ced::tools

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
                             add_gate(app),   add_oracle(app), add_spans(app),
                             add_replay_error(app), add_golden(app), add_bench(app),
                             add_export(app), add_replay_budget(app), add_merge(app),
-                            add_cache_hit(app)};
+                            add_cache_hit(app), add_migrate(app)};
   auto is_command = [&](const std::string& name) {
     for (const Runner& r : runners)
       if (r.sub->get_name() == name) return true;

@@ -92,6 +92,14 @@ v41::V41Config v41_config_named(const std::string& arg) { return v41_config(arg)
 
 bool names_v41_family(const std::string& config_arg) { return family_of_config(config_arg).name == "v41"; }
 
+bool is_v41_run_file(const std::string& path) { return v41::is_untrusted_v41_run_file(path); }
+
+int diff_v41(const V41DiffOptions& o) {
+  const v41::V41DiffReport r = v41::v41_diff(o);
+  std::fputs(r.text.c_str(), stdout);
+  return r.pass ? 0 : 1;
+}
+
 int oracle_v41(const std::string& config, const std::vector<int64_t>& Ns, bool json) {
   const v41::V41Config c = v41_config(config);
   v41::V41OracleTable t;
@@ -162,26 +170,54 @@ int run_v41(const V41RunOptions& o) {
   Stopwatch forward_clock;
   const double cpu0 = process_cpu_seconds();
   v41::V41DecodeState state;
-  const bool ced = o.mode == "ced";
-  if (ced && !o.out.empty())
-    throw InputError("--mode ced: its run file is not built yet on the v41 family (print only)");
-  const v41::V41ReplayConvention& convention = v41::v41_replay_convention(o.convention);
-  const int64_t span = v41::v41_exact_span(model->plan(), convention);
-  int64_t replay = N;
-  if (ced) {
-    const ReplayPolicy p = ReplayPolicy::parse(o.replay);
-    replay = p.kind == ReplayPolicy::Kind::Bounded ? v41::v41_bounded_tail(model->plan(), convention, o.speculative)
-             : p.kind == ReplayPolicy::Kind::Exact ? span
-             : p.kind == ReplayPolicy::Kind::Count ? p.count
-                                                    : N;
-    std::printf("ced: convention %s (tail from layer %s, %s), replay %s = %lld of %lld rows (exact span %lld)\n",
-                convention.name, convention.all_layers ? "0" : "E",
-                convention.floor_first_layer ? "its window floored" : "its window whole", o.replay.c_str(),
-                (long long)std::min(replay, N), (long long)N, (long long)span);
-  }
   v41::V41DecodeState* seeded = o.decode > 0 ? &state : nullptr;
-  v41::V41ForwardResult r = ced ? model->forward_ced(tokens, hashing, replay, convention, seeded)
-                                : model->forward(tokens, hashing, seeded);
+  v41::V41RunRequest request;
+  request.mode = o.mode;
+  v41::V41ForwardResult r;
+  if (o.mode == "full") {
+    r = model->forward(tokens, hashing, seeded);
+  } else {
+    const bool resume = o.mode == "resume";
+    const v41::V41ReplayConvention& convention = v41::v41_replay_convention(o.convention);
+    const int64_t span = v41::v41_exact_span(model->plan(), convention);
+    const ReplayPolicy p = ReplayPolicy::parse(o.replay);
+    // A resume replaying every row has no tail: its recomputed rows run through every layer.
+    const bool tail = !(resume && p.kind == ReplayPolicy::Kind::Full);
+    const int64_t replay = p.kind == ReplayPolicy::Kind::Bounded ? v41::v41_bounded_tail(model->plan(), convention, o.speculative)
+                           : p.kind == ReplayPolicy::Kind::Exact ? span
+                           : p.kind == ReplayPolicy::Kind::Count ? p.count
+                                                                  : N;
+    request.replay = o.replay;
+    if (tail) request.convention = convention.name;
+    if (tail)
+      std::printf("%s: convention %s (tail from layer %s, %s), replay %s = %lld of %lld rows (exact span %lld)\n",
+                  o.mode.c_str(), convention.name, convention.all_layers ? "0" : "E",
+                  convention.floor_first_layer ? "its window floored" : "its window whole", o.replay.c_str(),
+                  (long long)std::min(replay, N), (long long)N, (long long)span);
+    if (!resume) {
+      r = model->forward_ced(tokens, hashing, replay, convention, seeded);
+    } else {
+      if (o.prefix < 1 || o.prefix > N)
+        throw InputError(fmt::format("--prefix {}: a resume needs a hit H in [1, N = {}]", o.prefix, N));
+      const v41::V41EncoderReplayRule& rule = v41::v41_encoder_replay_rule(o.rule);
+      const int64_t rebuilt = o.rebuilt >= 0 ? o.rebuilt : model->plan().W;
+      // The prefix cache: what a prefill of the first H tokens leaves (its groups are causal: the cache's bits).
+      v41::V41DecodeState cold;
+      (void)model->forward(std::span<const int64_t>(tokens).first(static_cast<size_t>(o.prefix)), hashing, &cold);
+      const v41::V41PrefixHit hit = model->prefix_hit(cold, o.prefix);
+      const v41::V41Resume at = v41::v41_resume(model->plan(), rule, o.prefix, rebuilt);
+      std::printf("resume: a hit at H = %lld under rule %s adopts %lld tokens, recomputes from row %lld (%lld window "
+                  "rows rebuilt)\n",
+                  (long long)o.prefix, rule.name, (long long)at.hit, (long long)at.start, (long long)rebuilt);
+      r = model->forward_resume(tokens, hashing, hit, rule, rebuilt, replay, tail ? &convention : nullptr, seeded);
+      request.prefix_len = o.prefix;
+      request.rule = rule.name;
+      request.rebuilt = rebuilt;
+    }
+    request.n_replay = N - r.first_row;
+    // A cut layer whose window is floored at the tail: its rows before the tail are nobody's output.
+    if (tail) v41::v41_drop_unused_cut_rows(r, model->plan(), convention);
+  }
   const double forward_s = forward_clock.seconds(), cpu = process_cpu_seconds() - cpu0;
   const size_t V = static_cast<size_t>(c.vocab_size), rows = r.logits.size() / V;
   size_t arg = 0;
@@ -226,6 +262,7 @@ int run_v41(const V41RunOptions& o) {
     f.weights_digest = digest;
     if (o.checkpoint.empty()) f.weight_seed = o.weight_seed;
     f.tokens = tokens;
+    f.request = request;
     f.result = std::move(r);
     v41::write_v41_run_file(o.out, f);
     std::printf("wrote %s\n", o.out.c_str());

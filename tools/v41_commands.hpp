@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "checks/v41/diff.hpp"
 #include "models/v41/config.hpp"
 
 namespace ced::tools {
@@ -34,9 +35,13 @@ struct V41RunOptions {
   std::string topk_ties = "torch", index_scores = "bf16";  // docs/v41.md §8.7
   std::string decode_index_k = "official";                 // docs/v41.md §8.8
   int64_t decode = 0;      // teacher-forced decode steps after the prefill (the last `decode` tokens)
-  std::string mode = "full";          // full | ced (docs/v41.md §13)
-  std::string replay = "bounded";     // ced: bounded (W) | exact (the convention's span) | full | K
-  std::string convention = "sglang";  // ced: v41_replay_conventions()
+  std::string mode = "full";          // full | ced | resume (docs/v41.md §13, §13.8)
+  std::string replay = "bounded";     // ced, resume: bounded (W) | exact (the convention's span) | full | K;
+                                      // a resume with full has no tail (every recomputed row through every layer)
+  std::string convention = "sglang";  // ced, resume: v41_replay_conventions()
+  int64_t prefix = -1;                // resume: the prefix-cache hit H (the cache: a prefill of the first H tokens)
+  int64_t rebuilt = -1;               // resume: window rows rebuilt before the hit (-1: W)
+  std::string rule = "vllm";          // resume: the encoder-replay rule, v41_encoder_replay_rules()
   int64_t speculative = 0;            // ced: speculative tokens in a bounded tail (conventions that hold them)
   std::string backend = "v41-reference";
   int64_t tokens = 0;      // N seeded prompt tokens, or 0 with token_file
@@ -96,10 +101,13 @@ int cache_hit_v41(const V41CacheHitOptions& o);
 
 // `ced replay-error` on a v41 config (docs/v41.md §13.11): bounded replay (K = min(N, W)) under the convention
 // against the full prefill, per N (default W to 8W doubling and the exact span's neighbours within it), per
-// decoder layer and per decode step; PREFIX.csv and PREFIX.svg.
+// decoder layer, per decode step and per resume prefix; PREFIX.csv and PREFIX.svg.
 struct V41ReplayErrorOptions {
   std::string config, regime = "release", convention = "sglang", out;
   std::vector<int64_t> lengths;
+  // resume rows: the prompt resumed after a prefix-cache hit at P (rule vllm, W window rows rebuilt) with the
+  // bounded tail, against the full prefill; default W/2, W, W + 1, 2W, 4W, each below N
+  std::vector<int64_t> prefixes;
   int64_t decode = 4;
   uint64_t weight_seed = 0, token_seed = 0;
 };
@@ -141,10 +149,7 @@ int regenerate_v41_golden(const std::string& dir, const std::string& official, c
 // `ced diff A B` on two v41 run files of one model and prompt (tools/v41_diff.cpp): A judged against B op by
 // op, by the sound gate's bounds where A's inputs to the op are B's, the rest listed as not judged. The
 // checkpoint: `checkpoint`, or B's weight seed. Exit 1 when an op judged is outside its bounds.
-struct V41DiffOptions {
-  std::string a, b, checkpoint;
-  bool verbose = false;
-};
+using V41DiffOptions = v41::V41DiffOptions;
 bool is_v41_run_file(const std::string& path);
 int diff_v41(const V41DiffOptions& o);
 int gate_v41(const V41GateOptions& o);

@@ -29,6 +29,13 @@ int replay_error_v41(const V41ReplayErrorOptions& o) {
       if (span + d >= 1 && span + d <= 8 * W) s.insert(span + d);
     lengths.assign(s.begin(), s.end());
   }
+  // The lab's resume prefixes (docs/spec.md §6): W/2, W, W + 1, 2W, 4W.
+  const std::vector<int64_t> prefixes = o.prefixes.empty() ? std::vector<int64_t>{W / 2, W, W + 1, 2 * W, 4 * W} : o.prefixes;
+  if (conv.all_layers && !o.prefixes.empty())
+    throw InputError(fmt::format("--prefix: convention {} (the all-layers tail) resumes on its prefill side, which is "
+                                 "not modelled; give a convention cut at E (sglang, trtllm, vllm)",
+                                 conv.name));
+  const v41::V41EncoderReplayRule& rule = v41::v41_encoder_replay_rule("vllm");
   const std::string probe = fmt::format("{}.probe", o.out);  // an unwritable prefix fails before the work
   write_text_atomically(probe, "");
   std::remove(probe.c_str());
@@ -36,7 +43,8 @@ int replay_error_v41(const V41ReplayErrorOptions& o) {
   V41Seeded s = v41_seeded_model(c, o.weight_seed, regime);
   s.model.set_captures(true);  // the decoder layers' output streams
   std::printf("ced replay-error: config %s (v41 family), regime %s, convention %s (exact span %lld), weight_seed %llu, "
-              "token_seed %llu; bounded replay K = min(N, W = %lld) against the full prefill\n",
+              "token_seed %llu; bounded replay K = min(N, W = %lld) against the full prefill (resume rows: after a hit at "
+              "P under rule vllm, W rows rebuilt)\n",
               c.name.c_str(), o.regime.c_str(), conv.name, (long long)span, (unsigned long long)o.weight_seed,
               (unsigned long long)o.token_seed, (long long)W);
   const int64_t V = c.vocab_size, row = c.hc_mult * c.dim;
@@ -64,6 +72,17 @@ int replay_error_v41(const V41ReplayErrorOptions& o) {
       d.layer = l - p.E;
       prop::fill_metrics(d, a.data() + a.size() - static_cast<size_t>(row), b.data() + b.size() - static_cast<size_t>(row),
                          row, false);
+      rows.push_back(d);
+    }
+    // Resumed after a hit at P (the cache: the full prefill's groups, causal), W rows rebuilt, the bounded tail.
+    for (const int64_t P : prefixes) {
+      if (P < 1 || P >= N || conv.all_layers) continue;
+      const v41::V41PrefixHit hit = s.model.prefix_hit(full_state, P);
+      const v41::V41ForwardResult res = s.model.forward_resume(prompt, s.hashing, hit, rule, W, K, &conv);
+      prop::DriftRow d = r;
+      d.kind = "resume";
+      d.prefix = P;
+      prop::fill_metrics(d, last_logits(res, V).data(), last_logits(full, V).data(), V, true);
       rows.push_back(d);
     }
     for (int64_t step = 0; step < o.decode; ++step) {

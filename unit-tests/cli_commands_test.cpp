@@ -28,7 +28,7 @@
 #include "backends/registry.hpp"
 #include "golden/golden_set.hpp"
 #include "unit-tests/run_ced.hpp"
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 
 namespace fs = std::filesystem;
 using namespace ced;
@@ -462,7 +462,7 @@ TEST(CommandLine, UnknownCommandIsNamedWithTheListOfCommands) {
   EXPECT_EQ(r.code, 2) << r.out << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_EQ(r.err, "ced: error: unknown command 'frobnicate' (commands: verify, run, diff, gate, oracle, spans, "
-                   "replay-error, golden, bench, export, replay-budget, merge, cache-hit)\n");
+                   "replay-error, golden, bench, export, replay-budget, merge, cache-hit, migrate)\n");
 }
 
 // `ced` alone: no command to look up (argv[1] does not exist), a usage error, never a crash.

@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "unit-tests/run_ced.hpp"
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "models/lab/weights.hpp"
 #include "compare/run_compare.hpp"
 #include "reference/lab/backend.hpp"

@@ -11,7 +11,7 @@
 #include <optional>
 
 #include "backends/registry.hpp"
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "models/lab/weights.hpp"
 #include "unit-tests/run_ced.hpp"
 

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "unit-tests/run_ced.hpp"
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "models/lab/weights.hpp"
 #include "backends/registry.hpp"
 

@@ -17,9 +17,9 @@
 #include <sstream>
 
 #include "unit-tests/run_ced.hpp"
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "io/safetensors.hpp"
-#include "io/weights_export.hpp"
+#include "models/lab/weights_export.hpp"
 #include "model/error.hpp"
 #include "models/lab/weights.hpp"
 

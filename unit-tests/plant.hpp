@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 
 namespace ced::plant {
 

@@ -1,6 +1,7 @@
 // `ced export` and `ced run` on the v41 family, end to end through the binary (docs/v41.md §12): a
 // folder from `ced export` runs in `ced run --checkpoint` with the same weights as the built-in run
 // from the seed; the run file holds every capture and reads back; bad input is one line and exit 2.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 
 #include "model/error.hpp"
 #include "models/v41/checkpoint.hpp"
+#include "io/file_identity.hpp"
 #include "models/v41/run_file.hpp"
 #include "unit-tests/run_ced.hpp"
 
@@ -172,6 +174,64 @@ TEST(V41Cli, ACedRunAtTheExactSpanGivesTheFullRunsLastPositionAndABoundedOneDoes
   EXPECT_NE(atom.out.find("decode 2 steps"), std::string::npos) << atom.out;
 }
 
+// docs/v41.md §12.8: a CED or resumed prefill's run file holds each layer's rows from its first, and `ced diff`
+// compares it with a full prefill's at the positions both hold: the family's claims, from the command line.
+TEST(V41Cli, CedAndResumeRunFilesHoldTheirTailsAndDiffBitwiseWithTheFullRunWhereTheyAreExact) {
+  // 47 = tiny's exact span under sglang + 1: the exact tail keeps 46 of 47 rows, the bounded one W = 16.
+  const std::string base = "run --config v41-tiny --tokens 47 --weight-seed 2 --token-seed 5";
+  const fs::path full = scratch() / "c-full.h5", exact = scratch() / "c-exact.h5", bounded = scratch() / "c-bounded.h5",
+                 resumed = scratch() / "c-resume.h5", short_resume = scratch() / "c-resume-short.h5";
+  ASSERT_EQ(ced(base + " --out " + full.string()).code, 0);
+  ASSERT_EQ(ced(base + " --mode ced --replay exact --decode 0 --out " + exact.string()).code, 0);
+  ASSERT_EQ(ced(base + " --mode ced --out " + bounded.string()).code, 0);
+  // A hit at 32 with every row before it rebuilt (the encoder span of tiny exceeds the hit), and with W rebuilt.
+  const test::Result res = ced(base + " --mode resume --prefix 32 --resume-replay 32 --replay full --out " + resumed.string());
+  ASSERT_EQ(res.code, 0) << res.err;
+  EXPECT_NE(res.out.find("recomputes from row 0"), std::string::npos) << res.out;
+  ASSERT_EQ(ced(base + " --mode resume --prefix 32 --replay exact --out " + short_resume.string()).code, 0);
+
+  const V41RunFile e = read_v41_run_file(exact), b = read_v41_run_file(bounded), r = read_v41_run_file(short_resume);
+  EXPECT_EQ(e.request.mode, "ced");
+  EXPECT_EQ(e.request.convention, "sglang");
+  EXPECT_EQ(e.request.n_replay, 46);
+  EXPECT_EQ(e.result.first_row, 1);
+  EXPECT_EQ(b.result.first_row, 47 - 16);
+  const V41Plan p = make_v41_plan(b.config);
+  for (int64_t l = 0; l < p.L; ++l) {
+    // below the cut every row; the cut layer (its window floored under sglang) and above: the tail's
+    EXPECT_EQ(b.result.layers[static_cast<size_t>(l)].first_row, l < p.E ? 0 : 31) << "layer " << l;
+    EXPECT_EQ(b.result.layers[static_cast<size_t>(l)].out.size(), static_cast<size_t>((l < p.E ? 47 : 16) * b.config.hc_mult * b.config.dim));
+  }
+  EXPECT_EQ(b.result.logits.size(), static_cast<size_t>(16 * b.config.vocab_size));
+  EXPECT_EQ(r.request.mode, "resume");
+  EXPECT_EQ(r.request.prefix_len, 32);
+  EXPECT_EQ(r.request.rule, "vllm");
+  EXPECT_EQ(r.request.rebuilt, 16);
+  EXPECT_EQ(r.result.layers[0].first_row, 16);  // the window rows rebuilt before the hit: 32 - W
+
+  // The exact replay claims its last position: the tail's earlier rows drift where their cones were cut (the
+  // cut layer's first tail row first), and are listed, not failed.
+  const test::Result de = ced("diff " + exact.string() + " " + full.string());
+  EXPECT_EQ(de.code, 0) << de.out << de.err;
+  EXPECT_NE(de.out.find("last position's logits: bitwise"), std::string::npos) << de.out;
+  EXPECT_NE(de.out.find(fmt::format("first difference: layer {} ffn_pre at position 1 ", p.E)), std::string::npos) << de.out;
+  EXPECT_NE(de.out.find("PASS (the last position is the full prefill's, bit for bit"), std::string::npos) << de.out;
+  // A resume whose rebuilt rows reach row 0 is the cold run everywhere.
+  const test::Result dr = ced("diff " + resumed.string() + " " + full.string());
+  EXPECT_EQ(dr.code, 0) << dr.out << dr.err;
+  EXPECT_NE(dr.out.find("BITWISE"), std::string::npos) << dr.out;
+  // The bounded tail's last position differs: its cone was cut at the cut layer's first tail row.
+  const test::Result db = ced("diff " + bounded.string() + " " + full.string());
+  EXPECT_EQ(db.code, 1) << db.out << db.err;
+  EXPECT_NE(db.out.find(fmt::format("first difference: layer {} ", p.E)), std::string::npos) << db.out;
+  EXPECT_NE(db.out.find("at position 31"), std::string::npos) << db.out;
+  EXPECT_NE(db.out.find("DIFFERS at the last position"), std::string::npos) << db.out;
+  EXPECT_EQ(ced("diff " + short_resume.string() + " " + full.string()).code, 1);
+  // Two files of one request: bitwise; and a reader of version 1 files is kept (every golden file is one).
+  EXPECT_EQ(ced("diff " + bounded.string() + " " + bounded.string()).code, 0);
+  EXPECT_EQ(read_v41_run_file(fs::path(CED_SOURCE_DIR) / "golden/v41/tiny-bf16-n1.h5").request.mode, "full");
+}
+
 TEST(V41Cli, TheRunFileReaderRefusesAnotherFormatAndAShapeThatIsNotTheConfigs) {
   const fs::path out = scratch() / "bad.h5";
   ASSERT_EQ(ced("run --config v41-tiny --tokens 3 --out " + out.string()).code, 0);
@@ -223,14 +283,15 @@ TEST(V41Cli, TheRunFileReaderRefusesAnotherFormatAndAShapeThatIsNotTheConfigs) {
     H5Awrite(a, t, &value);
     H5Aclose(a), H5Sclose(sp), H5Tclose(t);
   };
-  refused(edited("fmt.h5", [&](hid_t f) { set_string(f, "format", "ced-harness"); }), "format 'ced-harness'");
+  refused(edited("fmt.h5", [&](hid_t f) { set_string(f, "family", "lab"); }), "of the lab family is not a v41 run file");
+  refused(edited("fmt2.h5", [&](hid_t f) { set_string(f, "format", "ced-v41"); }), "format is 'ced-v41'");
   refused(edited("ver.h5", [&](hid_t f) {
-            const int64_t v = 2;
+            const int64_t v = ced::kFileFormatVersion + 1;
             const hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
             H5Awrite(a, H5T_NATIVE_INT64, &v);
             H5Aclose(a);
           }),
-          "format_version 2");
+          fmt::format("format_version {}", ced::kFileFormatVersion + 1));
   refused(edited("tok.h5", [&](hid_t f) {
             const int64_t t[3] = {1, 2, 4096};
             const hid_t d = H5Dopen2(f, "/tokens", H5P_DEFAULT);
@@ -307,7 +368,10 @@ TEST(V41Cli, BadInputIsOneLineAndExit2) {
   expect_refused("run --checkpoint " + d + " --config v41-tiny --tokens 3", "not both");
   expect_refused("run --checkpoint " + d + " --weight-seed 2 --tokens 3", "--weight-seed");
   expect_refused("run --checkpoint " + d, "--tokens or --token-file");
-  expect_refused("run --config v41-tiny --tokens 3 --mode resume", "--mode resume: not yet on the v41 family");
+  expect_refused("run --config v41-tiny --tokens 3 --mode resume", "give the prefix-cache hit with --prefix H");
+  expect_refused("run --config v41-tiny --tokens 3 --prefix 2", "give --mode resume");
+  expect_refused("run --config v41-tiny --tokens 3 --mode resume --prefix 4", "a hit H in [1, N = 3]");
+  expect_refused("run --config v41-tiny --tokens 3 --mode resume --prefix 2 --rule chiro", "chiro");
   expect_refused("run --config v41-tiny --tokens 3 --replay exact", "give --mode ced");
   expect_refused("run --config v41-tiny --tokens 3 --mode ced --convention chiro", "replay convention 'chiro'");
   expect_refused("run --config v41-tiny --tokens 3 --speculative 2", "give --mode ced");
@@ -595,7 +659,7 @@ namespace {
 
 // `ced replay-error` on the release: within the window (N = W) the bounded replay is the prefill bit for bit,
 // at every decoder layer and decode step; one past it the last logits drift; the rows are the lab's CSV
-// columns; resume prefixes are refused in one line naming the command that measures them.
+// columns; a resume after a hit whose rebuilt rows reach row 0 is the prefill's bits too.
 TEST(V41Cli, ReplayErrorIsBitwiseWithinTheWindowAndDriftsPastIt) {
   const fs::path out = scratch() / "drift";
   const test::Result r = ced("replay-error --config v41-tiny --tokens 16 17 --decode 1 --out " + out.string());
@@ -608,9 +672,15 @@ TEST(V41Cli, ReplayErrorIsBitwiseWithinTheWindowAndDriftsPastIt) {
   ASSERT_NE(past, std::string::npos) << csv;
   EXPECT_EQ(csv.substr(csv.find('\n', past) - 1, 1), "0") << csv.substr(past, 80);  // not bitwise
   EXPECT_TRUE(fs::exists(out.string() + ".svg"));
-  const test::Result bad = ced("replay-error --config v41-tiny --prefix 8 --out " + out.string());
+  // The lab's resume prefixes below each N: a hit at 8 of 16 rebuilds every row (W = 16 before it) and keeps the
+  // window's tail: the prefill's bits; at 16 of 17 it is the bounded tail's drift.
+  EXPECT_NE(csv.find("resume,16,16,8,-1,-1,0.000000e+00,0.000000e+00,0.000000e+00,1.0000,1\n"), std::string::npos) << csv;
+  const size_t resumed = csv.find("resume,17,16,16,");
+  ASSERT_NE(resumed, std::string::npos) << csv;
+  EXPECT_EQ(csv.substr(csv.find('\n', resumed) - 1, 1), "0") << csv.substr(resumed, 80);
+  const test::Result bad = ced("replay-error --config v41-tiny --convention ascend --prefix 8 --out " + out.string());
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.err.find("ced cache-hit"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("all-layers tail"), std::string::npos) << bad.err;
 }
 
 }  // namespace

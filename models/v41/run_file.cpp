@@ -3,12 +3,10 @@
 
 #include <fmt/format.h>
 
-#include <unistd.h>
-
-#include <atomic>
 #include <bit>
 #include <functional>
 
+#include "io/file_identity.hpp"
 #include "io/h5_file_ops.hpp"
 #include "io/h5_util.hpp"
 #include "io/untrusted.hpp"
@@ -119,7 +117,7 @@ void check_shape(const std::string& path, const std::vector<int64_t>& dims, int6
                  bool compressed, int64_t max_rows) {
   auto bad = [&](const std::string& why) { throw InputError(fmt::format("{}: {}", path, why)); };
   if (dims.size() != tail.size() + 1) bad(fmt::format("rank {}, expected {}", dims.size(), tail.size() + 1));
-  if (!compressed && dims[0] != N) bad(fmt::format("{} rows, expected N = {}", dims[0], N));
+  if (!compressed && dims[0] != N) bad(fmt::format("{} rows, expected {}", dims[0], N));
   if (compressed && (dims[0] < 0 || dims[0] > max_rows)) bad(fmt::format("{} rows for N = {}", dims[0], N));
   for (size_t i = 0; i < tail.size(); ++i)
     if (tail[i] > 0 && dims[i + 1] != tail[i]) bad(fmt::format("dimension {} is {}, expected {}", i + 1, dims[i + 1], tail[i]));
@@ -133,14 +131,17 @@ void write_layers(hid_t file, const std::string& prefix, const std::vector<V41La
   for (const auto& c : layers) {
     const std::string g = fmt::format("{}/layers/{}", prefix, c.layer);
     h5::create_group(file, g);
+    // A layer of a CED tail or a resumed prompt holds the rows from its first on.
+    if (c.first_row != 0) h5::write_int_attr(file, g, "first_row", c.first_row);
+    const int64_t rows = N - c.first_row;
     for (const auto& rf : real_fields()) {
       const auto& v = c.*rf.field;
-      if (!v.empty()) h5::write_reals(file, g + "/" + rf.name, v.data(), dims_of(v.size(), N, rf.tail(config)), as_float);
+      if (!v.empty()) h5::write_reals(file, g + "/" + rf.name, v.data(), dims_of(v.size(), rows, rf.tail(config)), as_float);
     }
     for (const auto& inf : int_fields()) {
       const auto v = inf.get(c);
       if (v.empty()) continue;
-      const std::vector<hsize_t> dims{static_cast<hsize_t>(N), static_cast<hsize_t>(static_cast<int64_t>(v.size()) / N)};
+      const std::vector<hsize_t> dims{static_cast<hsize_t>(rows), static_cast<hsize_t>(static_cast<int64_t>(v.size()) / rows)};
       h5::write_ints(file, g + "/" + inf.name, v.data(), dims);
     }
   }
@@ -166,18 +167,24 @@ std::vector<V41LayerCapture> read_layers(hid_t file, const std::string& prefix, 
     V41LayerCapture c;
     c.layer = l;
     if (h5::exists(file, g)) {
+      if (h5::has_attr(file, g, "first_row")) {
+        c.first_row = h5::read_int_attr(file, g, "first_row");
+        if (c.first_row < 0 || c.first_row >= N)
+          throw InputError(fmt::format("{}: first_row {} is outside [0, N = {})", g, c.first_row, N));
+      }
+      const int64_t rows = N - c.first_row;
       for (const auto& rf : real_fields()) {
         const std::string p = g + "/" + rf.name;
         if (!h5::exists(file, p)) continue;
         std::vector<int64_t> dims;
         c.*rf.field = read_values(file, p, &dims);
-        check_shape(p, dims, N, rf.tail(config), rf.compressed, max_rows);
+        check_shape(p, dims, rows, rf.tail(config), rf.compressed, max_rows);
       }
       for (const auto& inf : int_fields()) {
         const std::string p = g + "/" + inf.name;
         if (!h5::exists(file, p)) continue;
         const h5::Array<int64_t> a = h5::read_ints(file, p, 2);
-        check_shape(p, a.dims, N, {-1}, false, max_rows);
+        check_shape(p, a.dims, rows, {-1}, false, max_rows);
         inf.set(c, a.values);
         if (std::string(inf.name) == "topk_idxs") c.topk = a.dims[1];
       }
@@ -267,15 +274,98 @@ V41DecodeRecord read_decode(hid_t file, const V41Config& config, int64_t N) {
   return d;
 }
 
+// The request as root attributes; a full prefill writes only its mode.
+void write_request(hid_t file, const V41RunRequest& r, int64_t first_row) {
+  h5::write_string_attr(file, "/", "mode", r.mode);
+  if (r.mode == "full") return;
+  h5::write_string_attr(file, "/", "replay", r.replay);
+  h5::write_int_attr(file, "/", "n_replay", r.n_replay);
+  h5::write_int_attr(file, "/", "first_row", first_row);
+  if (!r.convention.empty()) h5::write_string_attr(file, "/", "convention", r.convention);
+  if (r.mode != "resume") return;
+  h5::write_int_attr(file, "/", "prefix_len", r.prefix_len);
+  h5::write_string_attr(file, "/", "rule", r.rule);
+  h5::write_int_attr(file, "/", "rebuilt", r.rebuilt);
+}
+
+V41RunRequest read_request(hid_t file, int64_t N, int64_t& first_row) {
+  V41RunRequest r;
+  first_row = 0;
+  if (!h5::has_attr(file, "/", "mode")) return r;  // version 1: a full prefill
+  r.mode = h5::read_string_attr(file, "/", "mode");
+  if (r.mode != "full" && r.mode != "ced" && r.mode != "resume")
+    throw InputError(fmt::format("/: mode '{}' is not full, ced or resume", r.mode));
+  if (r.mode == "full") return r;
+  r.replay = h5::read_string_attr(file, "/", "replay");
+  r.n_replay = h5::read_int_attr(file, "/", "n_replay");
+  first_row = h5::read_int_attr(file, "/", "first_row");
+  if (first_row < 0 || first_row >= N)
+    throw InputError(fmt::format("/: first_row {} is outside [0, N = {})", first_row, N));
+  if (r.n_replay < 1 || r.n_replay > N)
+    throw InputError(fmt::format("/: n_replay {} is outside [1, N = {}]", r.n_replay, N));
+  if (h5::has_attr(file, "/", "convention")) r.convention = h5::read_string_attr(file, "/", "convention");
+  if (r.mode == "ced" && r.convention.empty()) throw InputError("/: a ced run without its convention");
+  if (r.mode != "resume") return r;
+  r.prefix_len = h5::read_int_attr(file, "/", "prefix_len");
+  r.rule = h5::read_string_attr(file, "/", "rule");
+  r.rebuilt = h5::read_int_attr(file, "/", "rebuilt");
+  if (r.prefix_len < 1 || r.prefix_len > N)
+    throw InputError(fmt::format("/: prefix_len {} is outside [1, N = {}]", r.prefix_len, N));
+  if (r.rebuilt < 0) throw InputError(fmt::format("/: rebuilt {} is negative", r.rebuilt));
+  return r;
+}
+
 }  // namespace
+
+std::vector<V41CaptureTensor> v41_capture_tensors(const V41LayerCapture& c) {
+  std::vector<V41CaptureTensor> out;
+  for (const auto& rf : real_fields())
+    if (!(c.*rf.field).empty()) out.push_back({rf.name, c.*rf.field, !rf.compressed, false});
+  for (const auto& inf : int_fields()) {
+    const std::vector<int64_t> v = inf.get(c);
+    if (v.empty()) continue;
+    const std::string name = inf.name;
+    out.push_back({name, std::vector<double>(v.begin(), v.end()), true, name == "topk_idxs" || name == "attn_idx"});
+  }
+  return out;
+}
+
+void v41_drop_rows_before(V41LayerCapture& c, int64_t position, int64_t N) {
+  if (position <= c.first_row) return;
+  const size_t rows = static_cast<size_t>(N - c.first_row), drop = static_cast<size_t>(position - c.first_row);
+  auto cut = [&](auto& v) {
+    if (v.empty()) return;
+    v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / rows * drop));
+  };
+  for (const auto& rf : real_fields())
+    if (!rf.compressed) cut(c.*rf.field);
+  cut(c.hash_ids);
+  cut(c.topk_idxs);
+  cut(c.candidates);
+  cut(c.attn_idx);
+  cut(c.experts);
+  c.first_row = position;
+}
+
+void v41_drop_unused_cut_rows(V41ForwardResult& r, const V41Plan& p, const V41ReplayConvention& c) {
+  if (c.floor_first_layer && !c.all_layers && r.layers.size() > static_cast<size_t>(p.E))
+    v41_drop_rows_before(r.layers[static_cast<size_t>(p.E)], r.first_row, r.N);
+}
+
+std::string v41_request_summary(const V41RunRequest& r) {
+  if (r.mode == "full") return "full";
+  std::string s = r.mode == "resume" ? fmt::format("resume after a hit at H = {} (rule {}, {} window rows rebuilt)",
+                                                   r.prefix_len, r.rule, r.rebuilt)
+                                     : std::string("ced");
+  if (!r.convention.empty()) s += fmt::format(" (convention {}, replay {} = {} rows)", r.convention, r.replay, r.n_replay);
+  return s;
+}
 
 void write_v41_run_file(const std::filesystem::path& path, const V41RunFile& f) {
   const bool as_float = f.regime != V41Regime::f64;
   const int64_t N = static_cast<int64_t>(f.tokens.size());
   h5::write_atomically(path, [&](hid_t file) {
-    h5::write_string_attr(file, "/", "format", kV41RunFormat);
-    h5::write_int_attr(file, "/", "format_version", kV41RunFormatVersion);
-    h5::write_string_attr(file, "/", "generator", f.generator);
+    write_file_identity(file, "v41", f.generator);
     h5::write_string_attr(file, "/", "config", write_v41_flat_json(f.config));
     h5::write_string_attr(file, "/", "config_name", f.config.name);
     h5::write_string_attr(file, "/", "regime", v41_regime_name(f.regime));
@@ -284,11 +374,12 @@ void write_v41_run_file(const std::filesystem::path& path, const V41RunFile& f) 
     h5::write_string_attr(file, "/", "index_scores", v41_index_scores_name(f.options.index_scores));
     h5::write_string_attr(file, "/", "decode_index_k", v41_decode_index_k_name(f.options.decode_index_k));
     if (f.weight_seed) h5::write_uint_attr(file, "/", "weight_seed", *f.weight_seed);
+    write_request(file, f.request, f.result.first_row);
     h5::create_group(file, "/provenance");
     for (const auto& [k, v] : f.provenance) h5::write_string_attr(file, "/provenance", k, v);
     h5::write_ints(file, "/tokens", f.tokens.data(), {static_cast<hsize_t>(N)});
     write_layers(file, "", f.result.layers, N, f.config, as_float);
-    write_head(file, "", f.result, N, f.config, as_float);
+    write_head(file, "", f.result, N - f.result.first_row, f.config, as_float);
     const auto V = static_cast<hsize_t>(f.config.vocab_size);
     if (!f.logits_last.empty()) h5::write_reals(file, "/logits_last", f.logits_last.data(), {V}, as_float);
     if (!f.rope.empty()) {
@@ -304,11 +395,13 @@ void write_v41_run_file(const std::filesystem::path& path, const V41RunFile& f) 
 V41RunFile read_v41_run_file(const std::filesystem::path& path) {
   return h5::read_file(path, [&](hid_t file) {
     V41RunFile f;
-    const std::string format = h5::read_string_attr(file, "/", "format");
-    if (format != kV41RunFormat) throw InputError(fmt::format("/: format '{}' is not {}", format, kV41RunFormat));
-    const int64_t version = h5::read_int_attr(file, "/", "format_version");
-    if (version != kV41RunFormatVersion)
-      throw InputError(fmt::format("/: format_version {} (this build reads {})", version, kV41RunFormatVersion));
+    const FileIdentity id = read_file_identity(file);
+    if (id.family != "v41")
+      throw InputError(fmt::format("/: format '{}' of the {} family is not a v41 run file", id.format, id.family));
+    const int64_t want = id.format == kV41FormerFormat ? 1 : kFileFormatVersion;
+    if (id.version != want)
+      throw InputError(fmt::format("/: format_version {} of '{}' (this build reads '{}' {} and '{}' 1)", id.version,
+                                   id.format, kFileFormat, kFileFormatVersion, kV41FormerFormat));
     f.generator = h5::read_string_attr(file, "/", "generator");
     f.config = parse_v41_flat_json(h5::read_string_attr(file, "/", "config"), "/: attribute 'config'");
     f.config.name = h5::read_string_attr(file, "/", "config_name");
@@ -334,8 +427,9 @@ V41RunFile read_v41_run_file(const std::filesystem::path& path) {
       if (f.tokens[i] < 0 || f.tokens[i] >= f.config.vocab_size)
         throw InputError(fmt::format("/tokens: token {} is {}, outside [0, {})", i, f.tokens[i], f.config.vocab_size));
     f.result.N = N;
+    f.request = read_request(file, N, f.result.first_row);
     f.result.layers = read_layers(file, "", N, 2 * N, f.config);
-    read_head(file, "", N, f.config, f.result);
+    read_head(file, "", N - f.result.first_row, f.config, f.result);
     std::vector<int64_t> dims;
     if (h5::exists(file, "/logits_last")) {
       f.logits_last = read_values(file, "/logits_last", &dims);
@@ -353,38 +447,18 @@ V41RunFile read_v41_run_file(const std::filesystem::path& path) {
   });
 }
 
-bool is_untrusted_v41_run_file(const std::filesystem::path& path) {
-  try {
-    return run_isolated(path.string(), isolation_limits(path), [&] {
-      return h5::read_file(path, [&](hid_t file) { return h5::read_string_attr(file, "/", "format"); });
-    }) == kV41RunFormat;
-  } catch (const std::exception&) {
-    return false;  // unreadable, or no format attribute: the caller's other reader says why
-  }
-}
+bool is_untrusted_v41_run_file(const std::filesystem::path& path) { return untrusted_file_family(path) == "v41"; }
 
 V41RunFile read_untrusted_v41_run_file(const std::filesystem::path& path) {
-  static std::atomic<int64_t> serial{0};
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / fmt::format("ced-v41-run-copy-{}-{}", ::getpid(), serial++);
-  std::filesystem::create_directories(dir);
-  struct Remove {
-    std::filesystem::path dir;
-    ~Remove() {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
-  } remove{dir};
-  const std::filesystem::path copy = dir / "copy.h5";
-  run_isolated(path.string(), isolation_limits(path), [&] {
-    write_v41_run_file(copy, read_v41_run_file(path));
-    return std::string();
-  });
-  try {
-    return read_v41_run_file(copy);
-  } catch (const InputError& e) {
-    throw InputError(fmt::format("{}: {}", path.string(), e.what()));
-  }
+  V41RunFile f;
+  read_through_copy(
+      path,
+      [&](const std::filesystem::path& copy) {
+        write_v41_run_file(copy, read_v41_run_file(path));
+        return std::string();
+      },
+      [&](const std::filesystem::path& copy) { f = read_v41_run_file(copy); });
+  return f;
 }
 
 }  // namespace ced::v41

@@ -114,6 +114,8 @@ struct V41SharedAttention {
 // One block's captures (docs/v41.md §9.3). Streams are [N, hc_mult, dim] in row-major order.
 struct V41LayerCapture {
   int64_t layer = 0;
+  int64_t first_row = 0;            // the position of its first row: 0 in a prefill, the tail's first in a CED
+                                    // replay's layers from the cut, a resumed prompt's first recomputed row
   std::vector<double> engram_in;    // streams before Engram (Engram layers only)
   std::vector<int64_t> hash_ids;    // [N, (max_ngram_size - 1) * engram_n_heads] (Engram layers)
   std::vector<double> in;           // streams entering the block, after Engram

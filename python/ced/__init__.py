@@ -278,15 +278,26 @@ def _policy_path(policy: Optional[str], golden_dir: Optional[str] = None) -> str
 def compare(test: RunResult, reference: RunResult, policy: Optional[str] = None, run: str = "run") -> CompareReport:
     """Judges ``test`` against ``reference`` as ``ced diff`` does (docs/spec.md §8).
 
+    Two v41 run files (paths, or :class:`ced.v41.GoldenRun` as :func:`read_run` returns them) are judged by the
+    release's judge (docs/v41.md §12.7, §12.8) and return a :class:`ced.v41.DiffReport`.
+
     ``policy``: None or ``"exact"`` (any difference fails), ``"golden"`` / ``"bf16"``
     (the shipped policies, §8.5), or a policy TOML path. Self-calibrating rules need the
     stored calibration: use :func:`gate` for those.
     Returns a :class:`CompareReport` (``passed``, ``first_divergent_layer``, per-tensor
     metrics and worst places; ``str(report)`` is ``ced diff``'s table).
     """
+    from . import v41
+    as_path = lambda r: os.fspath(r.path) if isinstance(r, v41.GoldenRun) else \
+        (os.fspath(r) if isinstance(r, (str, os.PathLike)) else None)
+    a, b = as_path(test), as_path(reference)
+    if a is not None and b is not None:  # two v41 run files: the release's judge, as `ced diff` runs it
+        if policy is not None:
+            raise InputError("policy: v41 runs are judged by derived bounds (docs/sound-bounds.md), not a policy")
+        return v41.compare_files(a, b)
     if not isinstance(test, RunResult) or not isinstance(reference, RunResult):
-        raise InputError("ced.compare judges two lab runs (ced.RunResult); v41 runs are judged by `ced diff A.h5 B.h5` "
-                         "(write them with ced.write_run) or ced.v41.gate, whose judge needs the model")
+        raise InputError("ced.compare judges two lab runs (ced.RunResult) or two v41 run files (paths or "
+                         "ced.v41.GoldenRun; write a result dict with ced.write_run)")
     return _compare_report(_core.diff(test, reference, _policy_path(policy), run))
 
 

@@ -21,6 +21,7 @@
 #include "models/v41/config.hpp"
 #include "reference/v41/forward.hpp"
 #include "models/v41/plan.hpp"
+#include "checks/v41/diff.hpp"
 #include "models/v41/run_file.hpp"
 
 namespace py = pybind11;
@@ -57,6 +58,7 @@ py::dict capture_dict(const V41LayerCapture& cap, const V41Config& c, int64_t ro
   const py::ssize_t N = rows, hc = c.hc_mult, d = c.dim, H = c.n_heads, hd = c.head_dim;
   py::dict o;
   o["layer"] = cap.layer;
+  o["first_row"] = cap.first_row;
   o["engram_in"] = array_of(cap.engram_in, {N, hc, d});
   o["hash_ids"] = array_of<int64_t>(cap.hash_ids, {N, -1});
   o["in"] = array_of(cap.in, {N, hc, d});
@@ -105,6 +107,33 @@ py::dict result_dict(const V41ForwardResult& r, const V41Config& c) {
   }
   o["layers"] = layers;
   return o;
+}
+
+py::dict request_dict(const V41RunRequest& r) {
+  py::dict o;
+  o["mode"] = r.mode;
+  o["replay"] = r.replay;
+  o["n_replay"] = r.n_replay;
+  o["convention"] = r.convention;
+  o["prefix_len"] = r.prefix_len;
+  o["rule"] = r.rule;
+  o["rebuilt"] = r.rebuilt;
+  return o;
+}
+
+V41RunRequest request_from(const py::dict& d) {
+  V41RunRequest r;
+  auto get = [&](const char* k, auto& to) {
+    if (d.contains(k) && !d[k].is_none()) to = d[k].cast<std::remove_reference_t<decltype(to)>>();
+  };
+  get("mode", r.mode);
+  get("replay", r.replay);
+  get("n_replay", r.n_replay);
+  get("convention", r.convention);
+  get("prefix_len", r.prefix_len);
+  get("rule", r.rule);
+  get("rebuilt", r.rebuilt);
+  return r;
 }
 
 py::dict cache_dict(const V41LayerCache& l, const V41Config& c) {
@@ -189,6 +218,7 @@ class Reference {
       py::gil_scoped_release nogil;
       r = model_.forward_ced(t, hashing_, replay, conv, &state_);
     }
+    v41_drop_unused_cut_rows(r, model_.plan(), conv);
     return result_dict(r, config());
   }
   py::dict resume(const Ints& tokens, int64_t hit, const std::string& rule, int64_t replay,
@@ -208,6 +238,7 @@ class Reference {
       state_ = V41DecodeState{};
       out = model_.forward_resume(t, hashing_, cached, r, model_.plan().W, conv ? replay : N, conv, &state_);
     }
+    if (conv) v41_drop_unused_cut_rows(out, model_.plan(), *conv);
     return result_dict(out, config());
   }
   py::dict decode(int64_t token) {
@@ -443,7 +474,7 @@ void bind_v41(py::module_& m) {
     const V41Plan p = make_v41_plan(config_named(config));
     const V41ReplayConvention& c = v41_replay_convention(convention);
     return py::dict(py::arg("exact") = v41_exact_span(p, c), py::arg("decode") = v41_exact_decode_span(p, c),
-                    py::arg("bounded") = v41_bounded_tail(p, c, speculative));
+                    py::arg("bounded") = v41_bounded_tail(p, c, speculative), py::arg("window") = p.W);
   });
   m.def("v41_tokens", [](const std::string& config, int64_t n, uint64_t seed) {
     const V41Config c = config_named(config);
@@ -506,6 +537,7 @@ void bind_v41(py::module_& m) {
     o["weight_seed"] = f.weight_seed ? py::cast(*f.weight_seed) : py::none();
     o["provenance"] = f.provenance;
     o["tokens"] = array_of<int64_t>(f.tokens, {static_cast<py::ssize_t>(f.tokens.size())});
+    o["request"] = request_dict(f.request);
     o["result"] = result_dict(f.result, f.config);
     if (f.decode) {
       py::dict d;
@@ -521,6 +553,15 @@ void bind_v41(py::module_& m) {
     }
     return o;
   }, "A v41 run file (docs/v41.md §12), read strictly: every capture as arrays, absent ones None.");
+  m.def("v41_diff", [](const std::string& a, const std::string& b, const std::string& checkpoint, bool verbose) {
+    V41DiffReport r;
+    {
+      py::gil_scoped_release nogil;
+      r = v41_diff({a, b, checkpoint, verbose});
+    }
+    return py::make_tuple(r.pass, r.text);
+  }, py::arg("a"), py::arg("b"), py::arg("checkpoint") = "", py::arg("verbose") = false,
+     "`ced diff A B` on two v41 run files (docs/v41.md §12.7, §12.8): (passed, the report's text).");
   m.def("v41_is_run_file", [](const std::string& path) { return is_untrusted_v41_run_file(path); },
         "Whether a file's /format is the v41 run file's (probed in a child process).");
   // The inverse of v41_read_run_file for a prefill: what a port's engine captured, in the layout ced diff and
@@ -529,7 +570,7 @@ void bind_v41(py::module_& m) {
   m.def("v41_write_run_file", [](const std::string& path, const std::string& config, const std::string& regime,
                                  const Ints& tokens, const py::dict& result, const std::string& generator,
                                  const std::string& weights_digest, std::optional<uint64_t> weight_seed,
-                                 const std::map<std::string, std::string>& provenance) {
+                                 const std::map<std::string, std::string>& provenance, const py::object& request) {
     V41RunFile f;
     f.generator = generator;
     f.config = config_named(config);
@@ -544,7 +585,9 @@ void bind_v41(py::module_& m) {
     V41ForwardResult& r = f.result;
     r.N = static_cast<int64_t>(f.tokens.size());
     r.first_row = result.contains("first_row") ? result["first_row"].cast<int64_t>() : 0;
-    if (r.first_row != 0) throw InputError("a v41 run file holds a prefill from row 0 (first_row must be 0)");
+    if (!request.is_none()) f.request = request_from(request.cast<py::dict>());
+    if ((r.first_row != 0) && f.request.mode == "full")
+      throw InputError("first_row: a full prefill's logits start at row 0 (a ced or resume run names its mode in request=)");
     r.logits = doubles_at(result, "logits");
     r.final_collapsed = doubles_at(result, "final_collapsed");
     r.final_normed = doubles_at(result, "final_normed");
@@ -553,7 +596,11 @@ void bind_v41(py::module_& m) {
       for (const py::handle& d : result["layers"].cast<py::list>()) {
         V41LayerCapture cap = capture_from(py::reinterpret_borrow<py::object>(d));
         cap.layer = l++;
-        const int64_t rows = r.N;
+        const py::dict m = py::reinterpret_borrow<py::object>(d).cast<py::dict>();
+        if (m.contains("first_row") && !m["first_row"].is_none()) cap.first_row = m["first_row"].cast<int64_t>();
+        if (cap.first_row < 0 || cap.first_row >= r.N)
+          throw InputError(fmt::format("layer {}: first_row {} is outside [0, N = {})", cap.layer, cap.first_row, r.N));
+        const int64_t rows = r.N - cap.first_row;
         if (!cap.topk_idxs.empty() && rows > 0) cap.topk = static_cast<int64_t>(cap.topk_idxs.size()) / rows;
         r.layers.push_back(std::move(cap));
       }
@@ -561,7 +608,7 @@ void bind_v41(py::module_& m) {
     write_v41_run_file(path, f);
   }, py::arg("path"), py::arg("config"), py::arg("regime"), py::arg("tokens"), py::arg("result"),
      py::arg("generator"), py::arg("weights_digest") = "", py::arg("weight_seed") = py::none(),
-     py::arg("provenance") = std::map<std::string, std::string>{},
+     py::arg("provenance") = std::map<std::string, std::string>{}, py::arg("request") = py::none(),
      "Writes a v41 run file (docs/v41.md §12) of one prefill, atomically; the reader's checks apply to what it reads.");
 
   m.def("v41_judge_values", [](const std::string& pass, int64_t layer, const std::string& kind, const Doubles& ours,

@@ -83,7 +83,37 @@ def test_ced_diff_judges_a_port_file_against_ced_run_and_fails_a_planted_value(t
     assert "layer 2" in fail.stdout and "ffn_out" in fail.stdout, fail.stdout
 
 
-def test_compare_names_the_judge_of_v41_runs():
-    r = ced.run("v41-tiny", 3)
-    with pytest.raises(ced.InputError, match="ced diff"):
-        ced.compare(r, r)
+@pytest.mark.skipif(not CED.exists(), reason="the ced binary is not built (CED_BUILD_DIR/tools/ced)")
+@pytest.mark.parametrize("mode,replay,prefix,code", [("ced", "exact", None, 0), ("ced", None, None, 1),
+                                                     ("resume", None, 24, 1), ("resume", "exact", 8, 0)])
+def test_a_ced_or_resumed_run_written_from_python_diffs_against_the_full_run_as_the_family_claims(
+        tmp_path, mode, replay, prefix, code):
+    # v41-tiny, N = 47: sglang's exact span is 46 (the bounded tail of 16 drifts); a hit at 8 with W = 16 rows
+    # rebuilt recomputes every row, a hit at 24 does not.
+    full = tmp_path / "full.h5"
+    subprocess.run([str(CED), "run", "--config", "v41-tiny", "--tokens", "47", "--out", str(full)], check=True,
+                   capture_output=True)
+    r = ced.run("v41-tiny", 47, mode=mode, replay=replay, prefix=prefix, capture=True)
+    port = tmp_path / "port.h5"
+    ced.write_run(port, "v41-tiny", r["tokens"], r, weight_seed=0)
+    back = ced.read_run(port)
+    assert back.request["mode"] == mode and back.result["first_row"] == r["first_row"]
+    d = subprocess.run([str(CED), "diff", str(port), str(full)], capture_output=True, text=True)
+    assert d.returncode == code, d.stdout + d.stderr
+    # the exact tail claims its last position (PASS), the bounded one's differs (DIFFERS)
+    assert ("PASS" if code == 0 else "DIFFERS at the last position") in d.stdout, d.stdout
+
+
+def test_compare_judges_two_v41_run_files_as_ced_diff_and_names_what_it_takes(tmp_path):
+    r = ced.run("v41-tiny", 9, capture=True)
+    ours, port = tmp_path / "ours.h5", tmp_path / "port.h5"
+    ced.write_run(ours, "v41-tiny", r["tokens"], r, weight_seed=0)
+    row = r["layers"][2]["ffn_out"][5]
+    row[int(np.argmax(np.abs(row)))] *= -1  # one value negated: outside every bound
+    ced.write_run(port, "v41-tiny", r["tokens"], r, weight_seed=0)
+    same = ced.compare(ced.read_run(ours), ours)
+    assert same.passed and "PASS" in str(same)
+    bad = ced.compare(str(port), ours)
+    assert not bad and "layer 2" in bad.text and "ffn_out" in bad.text, bad.text
+    with pytest.raises(ced.InputError, match="two lab runs"):
+        ced.compare(ced.run("v41-tiny", 3), ced.run("v41-tiny", 3))

@@ -194,9 +194,11 @@ V41LayerCapture V41Model::run_rows(int64_t layer, std::span<const double> stream
   L.window_floor = floor;
   L.sources = sources;
   L.floor_probe = floor_probe_;
-  return block(L, streams, pre_mix, hash_ids, [&](std::span<const double> y, V41LayerCapture& cap) {
-    return fwd::attention_forward(L, y, shared, cap);
+  V41LayerCapture cap = block(L, streams, pre_mix, hash_ids, [&](std::span<const double> y, V41LayerCapture& c) {
+    return fwd::attention_forward(L, y, shared, c);
   });
+  cap.first_row = first;
+  return cap;
 }
 
 V41LayerCapture V41Model::decode_layer(int64_t layer, std::span<const double> streams,

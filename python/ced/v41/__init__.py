@@ -17,14 +17,14 @@ from .generation import GenerationReport, generation
 from .golden import GoldenRun, checkpoint_for, export, golden_dir, golden_files, read_golden
 from .record import Recorder, Replay, replay
 from .reference import ReferenceEngine
-from .runs import is_config, read_run, run, write_run
+from .runs import DiffReport, compare_files, is_config, read_run, run, write_run
 
 __all__ = [
     "CAPABILITIES", "Engine", "LayerOut", "NotSupported", "Prefill", "Shared", "ReferenceEngine",
     "gate", "GateReport", "Policy", "Verdict", "generation", "GenerationReport",
     "check", "CheckReport", "CheckPolicy", "Property",
     "GoldenRun", "golden_dir", "golden_files", "read_golden", "export", "checkpoint_for",
-    "Recorder", "Replay", "replay", "run", "write_run", "read_run", "is_config", "builtin_configs", "conventions", "encoder_replay_rules", "faults",
+    "Recorder", "Replay", "replay", "run", "write_run", "read_run", "compare_files", "DiffReport", "is_config", "builtin_configs", "conventions", "encoder_replay_rules", "faults",
 ]
 
 

@@ -30,6 +30,7 @@ class GoldenRun:
     tokens: object               # int64 [N]
     result: dict                 # {"logits", "final_collapsed", "final_normed", "layers": [capture dicts]}
     decode: Optional[dict] = field(repr=False, default=None)  # {"tokens", "seed", "steps"} or None
+    request: dict = field(default_factory=lambda: {"mode": "full"})  # a CED or resumed prefill's (docs/v41.md §12.8)
 
     @property
     def name(self) -> str:
@@ -47,7 +48,8 @@ def read_golden(path: PathLike) -> GoldenRun:
     d = _core.v41_read_run_file(os.fspath(path))
     return GoldenRun(path=Path(path), config_name=d["config"]["name"], regime=d["regime"],
                      weight_seed=d["weight_seed"], weights_digest=d["weights_digest"], provenance=dict(d["provenance"]),
-                     tokens=d["tokens"], result=d["result"], decode=d["decode"])
+                     tokens=d["tokens"], result=d["result"], decode=d["decode"],
+                     request=dict(d["request"]))
 
 
 def golden_files(regime: Optional[str] = None, directory: Optional[PathLike] = None) -> list[Path]:

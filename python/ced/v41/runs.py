@@ -4,6 +4,7 @@ them beside ours or the official code's."""
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import os
 from typing import Any, Mapping, Optional, Union
 
@@ -76,6 +77,15 @@ def run(config: str, tokens: Union[Any, int], mode: str = "full", replay: Option
         raise _core.InputError(f"mode {mode!r}: the v41 family runs full, ced or resume")
     out = dict(out)
     out["tokens"] = toks
+    # what ced.write_run records of the run (docs/v41.md §12.8): the file `ced run --mode ... --out` writes
+    request: dict = {"mode": mode}
+    if mode != "full":
+        tail = mode == "ced" or replay is not None
+        request.update(replay=str(replay if replay is not None else ("bounded" if mode == "ced" else "full")),
+                       n_replay=int(toks.shape[0] - out["first_row"]), convention=convention if tail else "")
+    if mode == "resume":
+        request.update(prefix_len=int(prefix), rule=encoder_replay, rebuilt=int(spans["window"]))
+    out["request"] = request
     if decode:
         steps, token = [], int(np.argmax(out["logits"][-1]))
         for _ in range(int(decode)):
@@ -88,7 +98,7 @@ def run(config: str, tokens: Union[Any, int], mode: str = "full", replay: Option
 
 def write_run(path: PathLike, config: str, tokens: Any, result: Mapping[str, Any], regime: str = "release",
               weight_seed: Optional[int] = None, weights_digest: str = "", generator: str = "ced.v41.write_run (Python)",
-              provenance: Optional[Mapping[str, str]] = None) -> None:
+              provenance: Optional[Mapping[str, str]] = None, request: Optional[Mapping[str, Any]] = None) -> None:
     """Writes a v41 run file of one prefill (docs/v41.md §12), atomically: a port's own captures in the layout
     ``ced diff`` and ``ced gate`` read.
 
@@ -97,11 +107,43 @@ def write_run(path: PathLike, config: str, tokens: Any, result: Mapping[str, Any
     written, so not judged) the engine has. ``weight_seed``: the ``ced export --weight-seed`` of its checkpoint,
     so ``ced diff`` can rebuild the model the judge needs; ``weights_digest`` its ``ced run`` digest (computed
     for a built-in with a seed when not given).
+
+    A CED or resumed prefill: ``request`` names it (``mode`` "ced" | "resume", ``replay``, ``n_replay``,
+    ``convention``; a resume's ``prefix_len``, ``rule``, ``rebuilt``; default ``result["request"]``, which
+    :func:`run` sets), ``result["first_row"]`` is its logits' first position and each layer dict's ``first_row``
+    the position of its first row (docs/v41.md §12.8).
     """
+    if request is None:
+        request = result.get("request")
     _core.v41_write_run_file(os.fspath(path), os.fspath(config), regime, np.asarray(tokens, dtype=np.int64),
-                             dict(result), generator, weights_digest, weight_seed, dict(provenance or {}))
+                             dict(result), generator, weights_digest, weight_seed, dict(provenance or {}),
+                             dict(request) if request is not None else None)
 
 
 def read_run(path: PathLike) -> GoldenRun:
     """A v41 run file, read strictly (as :func:`ced.v41.read_golden`)."""
     return read_golden(path)
+
+
+@dataclass
+class DiffReport:
+    """What ``ced diff A B`` says of two v41 run files: ``passed`` and the report's text (``str(report)``)."""
+    passed: bool
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+def compare_files(test: PathLike, reference: PathLike, checkpoint: Optional[PathLike] = None,
+                  verbose: bool = False) -> DiffReport:
+    """``ced diff test reference`` on two v41 run files (docs/v41.md §12.7, §12.8): full prefills judged op by op by
+    the sound gate's bounds where ``test``'s inputs are ``reference``'s; a CED or resumed file compared bit for bit
+    where both hold a position, the family's claim judged. ``checkpoint``: the weights' folder, else the
+    reference's weight seed."""
+    passed, text = _core.v41_diff(os.fspath(test), os.fspath(reference),
+                                  os.fspath(checkpoint) if checkpoint is not None else "", bool(verbose))
+    return DiffReport(bool(passed), text)

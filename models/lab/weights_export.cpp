@@ -1,5 +1,5 @@
 // docs/spec.md §9.4: weights out; see weights_export.hpp.
-#include "io/weights_export.hpp"
+#include "models/lab/weights_export.hpp"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 #include "model/error.hpp"
 #include "models/lab/plan.hpp"
 #include "models/lab/weights.hpp"

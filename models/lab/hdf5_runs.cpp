@@ -1,5 +1,5 @@
 // docs/spec.md §9 runs and docs/spec.md §6 persisted caches in HDF5; see hdf5_run.hpp.
-#include "io/hdf5_run.hpp"
+#include "models/lab/hdf5_runs.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,5 +1,5 @@
 // docs/spec.md §9: run files and cache files; see hdf5_file.hpp.
-#include "io/hdf5_file.hpp"
+#include "models/lab/hdf5_files.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -12,8 +12,8 @@
 
 #include "io/h5_file_ops.hpp"
 #include "io/h5_util.hpp"
-#include "io/hdf5_run.hpp"
-#include "io/weights_export.hpp"
+#include "models/lab/hdf5_runs.hpp"
+#include "models/lab/weights_export.hpp"
 #include "model/error.hpp"
 #include "models/lab/plan.hpp"
 #include "models/lab/weights.hpp"
@@ -29,11 +29,7 @@ namespace fs = std::filesystem;
 
 // ---- root -----------------------------------------------------------------
 
-void write_root(hid_t file, const std::string& generator) {
-  h5::write_string_attr(file, "/", "format", std::string(kFileFormat));
-  h5::write_int_attr(file, "/", "format_version", kFileFormatVersion);
-  h5::write_string_attr(file, "/", "generator", generator);
-}
+void write_root(hid_t file, const std::string& generator) { write_file_identity(file, "lab", generator); }
 
 struct Root {
   std::string generator;
@@ -42,15 +38,15 @@ struct Root {
 
 // Checks format and version (kOldestFormatVersion .. kFileFormatVersion).
 Root read_root(hid_t file) {
-  if (!h5::has_attr(file, "/", "format"))
-    fail("/", fmt::format("not a {} file (no root attribute 'format')", kFileFormat));
-  const std::string format = h5::read_string_attr(file, "/", "format");
-  if (format != kFileFormat) fail("/", fmt::format("format is '{}', not '{}'", format, kFileFormat));
-  const int64_t version = h5::read_int_attr(file, "/", "format_version");
+  const FileIdentity id = read_file_identity(file);
+  if (id.family != "lab")
+    fail("/", fmt::format("format is '{}' of the {} family, not the lab family's '{}' (its commands read it: "
+                          "docs/v41.md §12)", id.format, id.family, kFileFormat));
+  const int64_t version = id.version;
   if (version < kOldestFormatVersion || version > kFileFormatVersion)
     fail("/", fmt::format("format_version {} is not supported (this build reads {} to {}); regenerate with `{}`",
                           version, kOldestFormatVersion, kFileFormatVersion, kRegenerateCommand));
-  return {h5::has_attr(file, "/", "generator") ? h5::read_string_attr(file, "/", "generator") : "", version};
+  return {id.generator, version};
 }
 
 // ---- config (docs/spec.md §1) -----------------------------------------------------
@@ -68,7 +64,7 @@ const Entry* find_key(std::span<const Entry> table, const std::string& key) {
 }
 
 [[noreturn]] void unmapped(const std::string& key) {
-  throw std::logic_error(fmt::format("io: config key '{}' has no HDF5 mapping (update io/hdf5_file.cpp)", key));
+  throw std::logic_error(fmt::format("io: config key '{}' has no HDF5 mapping (update models/lab/hdf5_files.cpp)", key));
 }
 
 void write_config(hid_t file, const Config& c) {
@@ -362,7 +358,7 @@ TableFile read_table_file(const fs::path& path, const std::vector<std::string>& 
     if (!h5::has_attr(file, "/", "format") || h5::read_string_attr(file, "/", "format") != kFileFormat)
       fail("/", fmt::format("not a {} file", kFileFormat));
     // The table layout is the same in every format version so far.
-    const int64_t version = h5::read_int_attr(file, "/", "format_version");
+    const int64_t version = read_file_identity(file).version;
     if (version < 1 || version > kFileFormatVersion)
       fail("/", fmt::format("format_version {} is not supported (this build reads 1 to {})", version,
                             kFileFormatVersion));

@@ -15,15 +15,15 @@
 #include <string_view>
 #include <vector>
 
+#include "io/file_identity.hpp"
 #include "models/lab/config.hpp"
 #include "model/run.hpp"
 
 namespace ced {
 
-inline constexpr std::string_view kFileFormat = "ced-harness";
-// Version 2 added the index scores of captured selections (docs/spec.md §9.1);
-// version 1 files (without them) are still read.
-inline constexpr int64_t kFileFormatVersion = 2;
+// The format and its version are the harness's one file format's (io/file_identity.hpp), family "lab". Version 2
+// added the index scores of captured selections (docs/spec.md §9.1); version 1 files (without them) are still
+// read; version 3 added the root's family.
 inline constexpr int64_t kOldestFormatVersion = 1;
 // The one command that rewrites golden files (named by the version error).
 inline constexpr std::string_view kRegenerateCommand = "ced golden regenerate";
@@ -115,5 +115,12 @@ void write_table_file(const std::filesystem::path& path, const TableFile& t);
 // what it needs), and /table when present; columns in file order.
 TableFile read_table_file(const std::filesystem::path& path, const std::vector<std::string>& attr_names,
                           const std::vector<std::string>& group_names);
+
+// A user's file (io/untrusted.hpp: read and validated in a forked child, this process reading the child's copy;
+// models/lab/untrusted_files.cpp). read_table_file's arguments for a table (the shards of `ced merge`).
+RunFile read_untrusted_run_file(const std::filesystem::path& path);
+CacheFile read_untrusted_cache_file(const std::filesystem::path& path);
+TableFile read_untrusted_table_file(const std::filesystem::path& path, const std::vector<std::string>& attr_names,
+                                    const std::vector<std::string>& group_names);
 
 }  // namespace ced
