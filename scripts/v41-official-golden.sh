@@ -44,6 +44,19 @@ if [ "$(basename "$out")" = v41-long ]; then
   "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny" \
     --config-name v41-tiny --weight-seed 0 --mode fp8 --n 17 --decode-steps 4 --threads 1 --input-seed 0 \
     --out "$out/tiny-fp8-n17-d4.h5"
+  # The bf16 regime past the window and the candidate pool (2W + 1 = 33).
+  "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny" \
+    --config-name v41-tiny --weight-seed 0 --mode bf16 --n 33 --threads 1 --input-seed 0 \
+    --out "$out/tiny-bf16-n33.h5"
+  # Prompts that make ties likely (docs/v41.md §13.12, `ced spans --stress`): one token repeated in both regimes
+  # past 2W, two tokens alternating past the exact span 46, a period of the compress ratio past the span 91.
+  "$ced" spans --config v41-tiny --stress 92 --stress-out "$tmp/stress" > /dev/null
+  for spec in one-token:33:fp8 one-token:33:bf16 two-alternating:47:fp8 period-ratio:92:fp8; do
+    IFS=: read -r name n mode <<< "$spec"
+    "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny" \
+      --config-name v41-tiny --weight-seed 0 --mode "$mode" --n "$n" --threads 1 --tokens "$tmp/stress/$name.txt" \
+      --out "$out/tiny-$mode-n$n-$name.h5"
+  done
   exit 0
 fi
 # config : the prompt lengths (N = 1; odd; below and above the window W = 16 of tiny; below the W = 128

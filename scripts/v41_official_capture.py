@@ -50,6 +50,9 @@ def main() -> int:
                          "(the gate then judges sparse_attn and the output projection by budgets)")
     ap.add_argument("--decode-steps", type=int, default=0,
                     help="after the prefill of N tokens, K teacher-forced decode steps (run files)")
+    ap.add_argument("--tokens", help="the prompt's ids (whitespace-separated, at least N; the first N taken) instead "
+                    "of the --input-seed draw: the stress prompts of docs/v41.md §13.12 (`ced spans --stress N` prints "
+                    "them)")
     ap.add_argument("--boost", action="append", default=[],
                     help="with --checkpoint: a `ced export --boost TENSOR=K` it was exported with (recorded)")
     args = ap.parse_args()
@@ -215,6 +218,11 @@ def main() -> int:
     source = ["--checkpoint", str(Path(args.checkpoint).resolve())] if args.checkpoint else ["--preset", args.preset]
     argv = source + ["--mode", args.mode, "--n", str(args.n), "--threads", str(args.threads),
             "--input-seed", str(args.input_seed), "--out", str(npz)]
+    if args.tokens:
+        if args.decode_steps:
+            raise SystemExit("v41_official_capture.py: --tokens and --decode-steps: give one")
+        argv = source + ["--mode", args.mode, "--n", str(args.n), "--tokens", str(Path(args.tokens).resolve()),
+                         "--threads", str(args.threads), "--out", str(npz)]
     if args.decode_steps:
         # The whole prompt drawn here; the driver prefills its first N - K from a token file, with room in
         # its caches (max_seq_len) for the steps.
@@ -377,7 +385,9 @@ def write_run_file(out: Path, t: dict, line: dict, meta: dict, args, official: P
         p.attrs["python"] = platform.python_version()
         p.attrs["threads"] = str(meta["threads"])
         p.attrs["official_mode"] = args.mode
-        p.attrs["input_seed"] = str(args.input_seed)
+        p.attrs["input_seed"] = "none" if args.tokens else str(args.input_seed)
+        if args.tokens:
+            p.attrs["prompt"] = Path(args.tokens).stem  # the stress prompt's name (docs/v41.md §13.12)
         p.attrs["official_sha256"] = json.dumps(meta["official_sha256"], sort_keys=True)
         p.attrs["kernel_module"] = meta["kernel_module"]
         p.attrs["run_official_sha256"] = hashlib.sha256((official / "run_official.py").read_bytes()).hexdigest()

@@ -61,6 +61,8 @@ Runner add_spans(CLI::App& app) {
     uint64_t weight_seed = 0, token_seed = 0;
     std::string fault = "none", regime = "f64";
     std::vector<std::string> conventions;
+    int64_t stress = 0;
+    std::string stress_out;
   };
   auto o = std::make_shared<Opts>();
   auto* sub = app.add_subcommand("spans", "replay spans: the oracle's, and with --empirical the ones found on the model");
@@ -74,15 +76,20 @@ Runner add_spans(CLI::App& app) {
   sub->add_option("--regime", o->regime, "v41: f64 | bf16 | release (docs/v41.md §8.1)")->capture_default_str();
   sub->add_option("--convention", o->conventions, "v41: the conventions to search (default all, docs/v41.md §13.1)");
   sub->add_option("--token-seed", o->token_seed, "v41: the prompt's token_seed")->capture_default_str()->transform(unsigned_integer());
+  sub->add_option("--stress", o->stress, "v41: print the stress prompts of N tokens (ties likely, docs/v41.md §13.12)")
+      ->transform(integer_in(1, kMaxLength));
+  sub->add_option("--stress-out", o->stress_out, "v41, with --stress: write each as DIR/NAME.txt (whitespace ids)")
+      ->check(non_empty());
   // Test only, as in `ced run`: a model that breaks one span shows that its row alone fails the verdict.
   sub->add_option("--fault", o->fault, "test only: inject a fault into the searched model")->group("");
   return {sub, [o, sub] {
             if (names_v41_family(o->config)) {
               V41SpansOptions v{o->config, o->empirical, o->tokens, o->weight_seed, o->token_seed, o->regime,
-                                o->conventions, o->fault, o->prefix};
+                                o->conventions, o->fault, o->prefix, o->stress, o->stress_out};
+              if (!o->stress_out.empty() && o->stress == 0) throw InputError("--stress-out: give --stress N");
               return spans_v41(v);
             }
-            refuse_given(sub, {"--regime", "--convention", "--token-seed"},
+            refuse_given(sub, {"--regime", "--convention", "--token-seed", "--stress", "--stress-out"},
                          fmt::format("an option of the v41 family; config {} is a lab config", o->config));
             const Config c = load_lab_config(o->config);
             const Fault fault = parse_fault(o->fault);

@@ -18,6 +18,7 @@
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/run_file.hpp"
 #include "models/v41/boundary_lengths.hpp"
+#include "models/v41/stress_prompts.hpp"
 #include "checks/v41/spans.hpp"
 #include "oracle/v41_oracle.hpp"
 #include "tools/common.hpp"
@@ -315,6 +316,15 @@ int spans_v41(const V41SpansOptions& o) {
     for (const auto& conv : v41::v41_replay_conventions()) convs.push_back(&conv);
   std::printf("config %s (v41 family): L = %lld, E = %lld, W = %lld\n", c.name.c_str(), (long long)p.L,
               (long long)p.E, (long long)p.W);
+  if (o.stress > 0) {  // the prompts that make ties likely, beside the boundary lengths
+    if (!o.stress_out.empty()) fs::create_directories(o.stress_out);
+    for (const v41::V41StressPrompt& s : v41::v41_stress_prompts(c, p, o.stress)) {
+      const std::string ids = fmt::format("{}", fmt::join(s.tokens, " "));
+      std::printf("%-16s %s\n  %s\n", s.name.c_str(), s.why.c_str(), ids.c_str());
+      if (!o.stress_out.empty()) write_text_atomically((fs::path(o.stress_out) / (s.name + ".txt")).string(), ids + "\n");
+    }
+    return 0;
+  }
   if (o.prefix >= 0 && !o.empirical) {
     std::printf("encoder replay after a hit at H = %lld: span %lld (every kv source's rows after the hit exact)\n",
                 (long long)o.prefix, (long long)v41::v41_encoder_replay_span(p, o.prefix));

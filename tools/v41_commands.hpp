@@ -61,6 +61,8 @@ struct V41SpansOptions {
   std::vector<std::string> conventions;  // empty: every preset
   std::string fault = "none";            // test only: a planted v41 fault
   int64_t prefix = -1;                   // >= 0: the encoder replay span after a hit of this many tokens
+  int64_t stress = 0;                    // > 0: the stress prompts of this many tokens (docs/v41.md §13.12)
+  std::string stress_out;                // and their folder of NAME.txt files
 };
 int spans_v41(const V41SpansOptions& o);
 

@@ -232,6 +232,32 @@ TEST(V41Cli, CedAndResumeRunFilesHoldTheirTailsAndDiffBitwiseWithTheFullRunWhere
   EXPECT_EQ(read_v41_run_file(fs::path(CED_SOURCE_DIR) / "golden/v41/tiny-bf16-n1.h5").request.mode, "full");
 }
 
+// docs/v41.md §13.12: on one token repeated (golden/v41-long's official run of it) the index scores tie at the
+// top-k's boundary; our reference run with either tie order passes `ced diff` against the official's and against
+// the other order (a tie broken the other way selects other groups, and the judge admits them), where the index
+// lists once had to be the official's.
+TEST(V41Cli, TwoTieOrdersOfTheTopKPassCedDiffAgainstEachOtherAndTheOfficialOnARepeatedToken) {
+  const fs::path official = fs::path(CED_SOURCE_DIR) / "golden/v41-long/tiny-fp8-n33-one-token.h5";
+  const V41RunFile f = read_v41_run_file(official);
+  const fs::path ids = scratch() / "one-token-33.txt";
+  {
+    std::ofstream out(ids);
+    for (int64_t t : f.tokens) out << t << ' ';
+  }
+  const fs::path torch = scratch() / "ties-torch.h5", lowest = scratch() / "ties-lowest.h5";
+  ASSERT_EQ(ced("run --config v41-tiny --token-file " + ids.string() + " --out " + torch.string()).code, 0);
+  ASSERT_EQ(ced("run --config v41-tiny --token-file " + ids.string() + " --topk-ties lowest-index --out " +
+                lowest.string()).code, 0);
+  for (const auto& [a, b] : {std::pair{torch, lowest}, std::pair{lowest, torch}, std::pair{torch, official},
+                             std::pair{lowest, official}}) {
+    const test::Result r = ced("diff " + a.string() + " " + b.string());
+    EXPECT_EQ(r.code, 0) << a << " vs " << b << "\n" << r.out << r.err;
+  }
+  // The two orders select differently here: the comparison is not of two identical runs.
+  const test::Result d = ced("diff " + torch.string() + " " + lowest.string());
+  EXPECT_EQ(d.out.find(", 0 ops not judged"), std::string::npos) << d.out;
+}
+
 TEST(V41Cli, TheRunFileReaderRefusesAnotherFormatAndAShapeThatIsNotTheConfigs) {
   const fs::path out = scratch() / "bad.h5";
   ASSERT_EQ(ced("run --config v41-tiny --tokens 3 --out " + out.string()).code, 0);
@@ -647,6 +673,13 @@ TEST(V41Cli, CacheHitsUpToTheWindowAreTheColdRunsBitsPerRuleAndThePlantedReplayS
   EXPECT_NE(bad.out.find("sglang     16 trtllm     16     0    16 exact          1     0/1"), std::string::npos)
       << bad.out;
   EXPECT_NE(bad.out.find("MISMATCH"), std::string::npos) << bad.out;
+  // A prefix cache keyed by the hit's length alone (one request's groups served to the next): one prompt passes,
+  // the second prompt with a hit of the same length is a mismatch.
+  const std::string keyed = "cache-hit --config v41-tiny --hits 16 --rule vllm --mode full --fault prefix-cache-keyed-by-length";
+  EXPECT_EQ(ced(keyed + " --token-seeds 0").code, 0);
+  const test::Result two = ced(keyed + " --token-seeds 0 1");
+  EXPECT_EQ(two.code, 1) << two.out << two.err;
+  EXPECT_NE(two.out.find("MISMATCH"), std::string::npos) << two.out;
   expect_refused("cache-hit --config tiny", "the lab model's resume");
   expect_refused("cache-hit --config v41-tiny --mode ascend", "all-layers tail");
   expect_refused("cache-hit --config v41-tiny --tokens 40 --hits 40", "--hits: 40");

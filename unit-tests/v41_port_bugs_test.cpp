@@ -4,6 +4,7 @@
 // `ced spans` prints the boundary lengths).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -98,6 +99,48 @@ TEST(V41PortBugs, IndexCacheOffsetShowsInDecodeOnlyOnceTheTopKChooses) {
   EXPECT_GE(found, expected);
   EXPECT_LE(found, expected + c.window_size);
   EXPECT_GT(found, 0);
+}
+
+// The MLX ports' prefix-cache contamination: a cache keyed by the hit's length alone serves one request's
+// cached groups to the next request with a hit of that length. One request alone never shows it (its own cache
+// is the one served), nor a hit the rule does not adopt (vLLM's rule runs a hit shorter than W cold) or one too
+// short to hold a whole group of a kv source: the shortest hit that shows it in the second request is the first
+// the rule adopts with a group cached. Measured on v41-tiny with W rebuilt rows, per rule.
+TEST(V41PortBugs, PrefixCacheKeyedByLengthShowsInTheSecondRequestFromTheFirstAdoptedGroup) {
+  const V41Checkpoint& ck = tiny_checkpoint();
+  const V41EngramHashing hashing = v41_checkpoint_hashing(ck.config);
+  const V41Plan plan = make_v41_plan(ck.config);
+  const int64_t N = 2 * ck.config.window_size, W = ck.config.window_size;
+  const std::vector<int64_t> a = prompt(N, ck.config.vocab_size, 40), b = prompt(N, ck.config.vocab_size, 41);
+  int64_t finest = 0;  // the smallest group a kv source caches
+  for (const LayerPlan& lp : plan.layers)
+    if (lp.owns_compressor && lp.ratio > 0) finest = finest ? std::min(finest, lp.ratio) : lp.ratio;
+  auto last_rows = [](const std::vector<double>& cold, const std::vector<double>& resumed) {
+    return std::vector<double>(cold.end() - static_cast<std::ptrdiff_t>(resumed.size()), cold.end()) == resumed;
+  };
+  for (const char* name : {"vllm", "sglang"}) {
+    const V41EncoderReplayRule& rule = v41_encoder_replay_rule(name);
+    int64_t expected = 0, first = 0;
+    for (int64_t H = 1; H <= W && (expected == 0 || first == 0); ++H) {
+      if (expected == 0 && v41_resume(plan, rule, H, W).hit >= finest) expected = H;
+      if (first != 0) continue;
+      V41Model planted(ck.config, ck.weights, V41Regime::release);
+      planted.set_captures(false);
+      planted.set_fault(V41Fault::prefix_cache_keyed_by_length);
+      V41DecodeState ca, cb;
+      const std::vector<double> cold_a = planted.forward(a, hashing, &ca).logits;
+      const std::vector<double> cold_b = planted.forward(b, hashing, &cb).logits;
+      const V41PrefixHit hit_a = planted.prefix_hit(ca, H), hit_b = planted.prefix_hit(cb, H);
+      // The first request alone: its own cache served, its resume the cold run.
+      ASSERT_TRUE(last_rows(cold_a, planted.forward_resume(a, hashing, hit_a, rule, W, N, nullptr).logits))
+          << name << " H = " << H;
+      if (!last_rows(cold_b, planted.forward_resume(b, hashing, hit_b, rule, W, N, nullptr).logits)) first = H;
+    }
+    std::printf("prefix-cache-keyed-by-length, rule %s: the second request's resume differs from its cold run from a "
+                "hit of %lld (the first the rule adopts with a group of %lld cached: %lld)\n",
+                name, (long long)first, (long long)finest, (long long)expected);
+    EXPECT_EQ(first, expected) << name;
+  }
 }
 
 // Megatron-LM's and NeMo's bug: the Sinkhorn matrix is not symmetric, so one token shows it.

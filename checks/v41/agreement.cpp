@@ -803,7 +803,11 @@ void judge_layer(Gate& g, int64_t l, const V41SharedAttention& after, const V41F
   if (off.decode && seed) g.decode_seed(l, lp, o.attn_x, block.attn_x, N, *seed, off.decode->seed[static_cast<size_t>(l)], window);
   if (g.bounds && !g.engine)  // the index lists of the official's own selection (itself judged by its bounds)
     g.lists(l, "attn_idx (forced selection)", g.index_lists(lp, o, after, N), o.attn_idx, {}, 0);
-  else  // an engine's own lists, built from its own selection
+  else if (lp.owns_indexer && !sa.topk_idxs.empty() && sa.topk_idxs.size() == o.topk_idxs.size())
+    // An engine's own lists against those its own selection makes: the selection is judged by its bounds below,
+    // where a tie broken the other way is admissible, and so are the lists it makes.
+    g.lists(l, "attn_idx (forced x)", sa.attn_idx, g.index_lists(lp, sa, after, N), {}, 0);
+  else  // an engine's own lists, built from the official's selection (of a layer below)
     g.lists(l, "attn_idx (forced x)", sa.attn_idx, o.attn_idx, {}, 0);
   g.compressor(l, lp, o, N, sa);
   if (lp.owns_indexer) g.index_selection(l, lp, o, after, sa, N);

@@ -71,7 +71,8 @@ const std::vector<std::string>& v41_fault_names() {
                                                  "ced-cut-floor-flipped", "resume-start-off-by-one",
                                                  "ced-replayed-row-ulp", "mhc-comb-transposed",
                                                  "index-topk-capped", "index-relu-dropped",
-                                                 "window-ring-drops-last", "index-cache-offset"};
+                                                 "window-ring-drops-last", "index-cache-offset",
+                                                 "prefix-cache-keyed-by-length"};
   return names;
 }
 

@@ -82,6 +82,9 @@ enum class V41Fault {
                               // row's entry (MLX ports: no N - 1 entry once the 128-slot ring wraps)
   index_cache_offset,         // decode reads the index-key cache one group late (1Cat-vLLM's byte offsets):
                               // group g's score from key g + 1, the last from an empty row
+  prefix_cache_keyed_by_length,  // resume: the prefix cache keyed by the hit's length alone (MLX ports' contamination
+                                 // between requests): the first request's cached groups served to every later
+                                 // request with a hit of that length
 };
 const std::vector<std::string>& v41_fault_names();  // "none", "v4-q-norm", ... (the enum's order)
 V41Fault v41_fault_from_name(std::string_view name);  // InputError naming the known ones

@@ -578,9 +578,16 @@ V41ForwardResult V41Model::forward_resume(std::span<const int64_t> tokens, const
   // The planted fault counts the rebuilt rows from the wrong end: H - W + 1.
   const bool off_by_one = fault_ == V41Fault::resume_start_off_by_one && rebuilt > 0;
   const V41Resume r = v41_resume(plan_, rule, hit.tokens, off_by_one ? rebuilt - 1 : rebuilt);
+  // The planted prefix-cache contamination (MLX ports): a cache keyed by the hit's length alone serves the first
+  // request's groups to every later request of that length.
+  const V41PrefixHit* served = &hit;
+  if (fault_ == V41Fault::prefix_cache_keyed_by_length) {
+    const std::lock_guard<std::mutex> lock(stale_hits_->mutex);
+    served = &stale_hits_->by_length.try_emplace(hit.tokens, hit).first->second;
+  }
   V41PrefixHit used;
   used.tokens = r.hit;
-  used.layers = cached_groups(plan_, config_, hit.layers, r.hit);
+  used.layers = cached_groups(plan_, config_, served->layers, r.hit);
   const int64_t cut = convention ? plan_.E : plan_.L;
   V41CedEncoding enc = encode_below(tokens, hashing, cut, false, state != nullptr, &used, r.start);
   return replay_tail(std::move(enc), convention ? std::max(r.start, N - replay) : r.start, convention, state);

@@ -3,7 +3,9 @@
 // from position 0, for a V41Config and the weights in the release's tensor names, dtypes and layouts,
 // under a named numeric regime. Every layer can be captured, and run alone on given input streams
 // (teacher forcing), so that a comparison with the official code is made layer by layer.
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -182,6 +184,12 @@ class V41Model {
   bool floor_probe_ = false;
   std::vector<double> embed_, norm_, head_;
   std::vector<std::unique_ptr<V41LayerWeights>> layers_;
+  // The planted prefix_cache_keyed_by_length: the first hit of each length, served to every later resume of it.
+  struct StaleHits {
+    std::mutex mutex;
+    std::map<int64_t, V41PrefixHit> by_length;
+  };
+  std::shared_ptr<StaleHits> stale_hits_ = std::make_shared<StaleHits>();
 };
 
 }  // namespace ced::v41
