@@ -22,6 +22,7 @@
 #include "reference/v41/forward.hpp"
 #include "models/v41/plan.hpp"
 #include "checks/v41/diff.hpp"
+#include "models/v41/loaded_digests.hpp"
 #include "models/v41/run_file.hpp"
 
 namespace py = pybind11;
@@ -553,6 +554,22 @@ void bind_v41(py::module_& m) {
     }
     return o;
   }, "A v41 run file (docs/v41.md §12), read strictly: every capture as arrays, absent ones None.");
+  m.def("v41_loaded_digests", [](const std::string& folder) {
+    const V41Checkpoint ck = read_v41_checkpoint(folder);
+    py::list out;
+    for (const V41TensorDigest& d : v41_loaded_digests(ck)) out.append(py::make_tuple(d.name, d.digest));
+    return out;
+  }, "The canonical digest of every weight of a checkpoint folder and of its config switches (docs/v41.md §12.9).");
+  m.def("v41_tensor_digest", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& values,
+                                const std::vector<int64_t>& shape) {
+    return v41_tensor_digest(std::span<const float>(values.data(), static_cast<size_t>(values.size())), shape);
+  }, py::arg("values"), py::arg("shape"),
+     "FNV-1a 64 of the shape (int64s) and the float32 values, row-major (docs/v41.md §12.9's canonical form).");
+  m.def("v41_config_switches", [](const std::string& config) {
+    py::list out;
+    for (const auto& [k, v] : v41_config_switches(config_named(config))) out.append(py::make_tuple(k, v));
+    return out;
+  }, "The config's switches a port's loaded digests report as config.KEY (docs/v41.md §12.9).");
   m.def("v41_diff", [](const std::string& a, const std::string& b, const std::string& checkpoint, bool verbose) {
     V41DiffReport r;
     {

@@ -17,6 +17,7 @@ from .generation import GenerationReport, generation
 from .golden import GoldenRun, checkpoint_for, export, golden_dir, golden_files, read_golden
 from .record import Recorder, Replay, replay
 from .reference import ReferenceEngine
+from .loaded import checkpoint_digests, config_switches, tensor_digest
 from .runs import DiffReport, compare_files, is_config, read_run, run, write_run
 
 __all__ = [
@@ -24,7 +25,7 @@ __all__ = [
     "gate", "GateReport", "Policy", "Verdict", "generation", "GenerationReport",
     "check", "CheckReport", "CheckPolicy", "Property",
     "GoldenRun", "golden_dir", "golden_files", "read_golden", "export", "checkpoint_for",
-    "Recorder", "Replay", "replay", "run", "write_run", "read_run", "compare_files", "DiffReport", "is_config", "builtin_configs", "conventions", "encoder_replay_rules", "faults",
+    "Recorder", "Replay", "replay", "run", "write_run", "read_run", "compare_files", "DiffReport", "tensor_digest", "checkpoint_digests", "config_switches", "is_config", "builtin_configs", "conventions", "encoder_replay_rules", "faults",
 ]
 
 

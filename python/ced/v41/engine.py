@@ -34,6 +34,10 @@ Capabilities:
 ``batch_invariant``
     the engine's rows do not depend on how many rows it runs: :func:`ced.v41.check` judges its CED
     properties bitwise (else under the policy's stated bound).
+``weights``
+    :meth:`Engine.loaded_digests`: a digest of each tensor as the port holds it after its own loading, and of
+    the config switches it applies, in the canonical form of docs/v41.md §12.9 (:func:`ced.v41.tensor_digest`);
+    the gate compares them with the checkpoint's before any forward pass and names the first that differs.
 """
 from __future__ import annotations
 
@@ -42,7 +46,8 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-CAPABILITIES = ("prefill", "selections", "layer", "sublayers", "ops", "decode", "ced", "resume", "batch_invariant")
+CAPABILITIES = ("prefill", "selections", "layer", "sublayers", "ops", "decode", "ced", "resume", "batch_invariant",
+                "weights")
 
 
 class NotSupported(Exception):
@@ -132,6 +137,14 @@ class Engine:
     def prefill(self, tokens: np.ndarray) -> Prefill:
         """A full prefill of ``tokens`` [N] from position 0: the logits of every row (or the last)."""
         raise NotSupported("prefill")
+
+    def loaded_digests(self) -> Mapping[str, str]:
+        """After :meth:`load`: ``{checkpoint tensor name: digest}`` of each weight as the port holds it, put back in
+        the checkpoint's logical shape and dequantized (a quantized weight times its scales, exact in float32; a
+        scale is folded into its weight, not listed), each ``ced.v41.tensor_digest(values)``; and
+        ``{"config.KEY": ced.v41.tensor_digest([value])}`` for each switch of :func:`ced.v41.config_switches` the
+        port applies. A tensor the port does not list is reported not checked, never failed."""
+        raise NotSupported("weights")
 
     def prefill_ced(self, tokens: np.ndarray, replay: int) -> Prefill:
         """A CED prefill under ``self.convention``: the layers below the cut on every row, the rest on the

@@ -22,6 +22,7 @@ import numpy as np
 from .. import _core
 from .engine import NotSupported, Shared, as_array, capabilities_of, layer_out_of, prefill_of
 from .golden import GoldenRun, checkpoint_for, golden_files, read_golden
+from .loaded import checkpoint_digests, compare_digests
 from .record import Recorder
 from .reference import ReferenceEngine
 
@@ -378,6 +379,28 @@ def _end_to_end(j: _Judge, engine: Any, caps: frozenset, plan: dict) -> None:
             j.values(-1, "decode logits (end to end)", engine.decode(int(t)), d["steps"][s]["logits"][0])
 
 
+def _loaded_weights(engine: Any, folder: Path, file: str) -> Verdict:
+    """The engine's digests of what it loaded against the checkpoint's: one verdict naming the first tensor that
+    differs (docs/v41.md §12.9)."""
+    expected = checkpoint_digests(folder)
+    differ, missing = compare_digests(dict(engine.loaded_digests()), expected)
+    checked = len(expected) - len(missing)
+    v = Verdict(file=file, pass_="loaded weights", layer=-1, kind="every tensor" if not differ else differ[0],
+                ok=not differ and checked > 0, failure="", where="", max_ulp16=0.0,
+                bitwise=(checked - len([n for n in differ if n in expected])) / max(checked, 1),
+                budget="the checkpoint's digest (docs/v41.md §12.9)")
+    if differ:
+        first = differ[0]
+        v.failure = (f"{first} {'is not a tensor of the checkpoint' if first not in expected else 'differs from the checkpoint'}"
+                     f"{'' if len(differ) == 1 else f' (and {len(differ) - 1} more)'}")
+        v.where = "before any forward pass"
+    elif checked == 0:
+        v.failure, v.where = "the engine reported no tensor of the checkpoint", "before any forward pass"
+    if missing:
+        v.notes.append(f"{len(missing)} of {len(expected)} tensors not reported (not checked)")
+    return v
+
+
 def gate(engine: Any, golden: Union[None, str, os.PathLike, Iterable] = None, policy: Optional[Policy] = None,
          checkpoints: Optional[Union[str, os.PathLike]] = None, record: Optional[Union[str, os.PathLike]] = None,
          quiet: bool = False) -> GateReport:
@@ -406,6 +429,12 @@ def gate(engine: Any, golden: Union[None, str, os.PathLike, Iterable] = None, po
             engine.load(str(folder))
             plan = _core.v41_plan(str(folder))
             loaded = folder
+            if "weights" in caps:  # what it loaded, before any forward pass (docs/v41.md §12.9)
+                try:
+                    verdicts.append(_loaded_weights(engine, folder, run.name))
+                except NotSupported as e:
+                    unsupported.append(f"{run.name} loaded weights: {e}")
+
         if (folder, run.regime) != referenced:  # the near-tie scores and the final collapse in the file's regime
             reference = ReferenceEngine(run.regime)
             reference.load(str(folder))

@@ -22,7 +22,7 @@ class ReferenceEngine(Engine):
     """``ced run --checkpoint DIR --regime R`` through the protocol. ``fault``: a planted port bug
     (:func:`ced.v41.faults`), for the negative controls."""
     capabilities = frozenset({"prefill", "selections", "layer", "sublayers", "ops", "decode", "ced", "resume",
-                              "batch_invariant"})
+                              "batch_invariant", "weights"})
 
     def __init__(self, regime: str = "release", fault: Optional[str] = None, convention: str = "sglang",
                  encoder_replay: str = "vllm"):
@@ -31,9 +31,14 @@ class ReferenceEngine(Engine):
         self.model = None
 
     def load(self, checkpoint: str) -> None:
+        self.folder = str(checkpoint)
         self.model = _core.V41Reference(str(checkpoint), self.regime)
         self.model.set_fault(self.fault or "none")
         self.model.set_captures(False)  # the selections, experts and mixes only: what a prefill returns
+
+    def loaded_digests(self):
+        # The reference dequantizes the checkpoint as it reads it: its loaded tensors are the folder's.
+        return dict(_core.v41_loaded_digests(self.folder))
 
     def _prefill(self, r: dict) -> Prefill:
         layers = {c["layer"]: {"topk_idxs": c["topk_idxs"], "experts": c["experts"]} for c in r["layers"]}
