@@ -26,8 +26,8 @@ if [ "$(basename "$out")" = v41-long ]; then
   "$ced" export --config v41-tiny --weight-seed 0 --out "$tmp/v41-tiny" --shard-bytes 2000000 > /dev/null
   "$ced" export --config v41-wide --weight-seed 0 --out "$tmp/v41-wide" --shard-bytes 2000000 > /dev/null
   # v41-tiny (W = 16, index_topk 8, a candidate pool of 12 groups, original_seq_len 32, exact spans 31, 46, 91):
-  # each constant + 1; v41-wide (W = 128, index_topk 64): W + 1.
-  for spec in "v41-tiny:9 13 33 47 92" "v41-wide:129"; do
+  # each constant + 1; v41-wide (W = 128, index_topk 64): W + 1 and 2W + 1.
+  for spec in "v41-tiny:9 13 33 47 92" "v41-wide:129 257"; do
     config=${spec%%:*}
     for n in ${spec#*:}; do
       "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/$config" \

@@ -55,7 +55,7 @@ INSTANTIATE_TEST_SUITE_P(Files, V41LongGolden,
                                            "tiny-fp8-n92.h5", "tiny-fp8-n17-d4.h5", "wide-fp8-n129.h5",
                                            "wide-fp8-n127-d3.h5", "tiny-bf16-n33.h5", "tiny-bf16-n33-one-token.h5",
                                            "tiny-fp8-n33-one-token.h5", "tiny-fp8-n47-two-alternating.h5",
-                                           "tiny-fp8-n92-period-ratio.h5"),
+                                           "tiny-fp8-n92-period-ratio.h5", "wide-fp8-n257.h5"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
