@@ -23,6 +23,7 @@
 #include "models/v41/plan.hpp"
 #include "checks/v41/diff.hpp"
 #include "models/v41/loaded_digests.hpp"
+#include "models/v41/stress_prompts.hpp"
 #include "models/v41/run_file.hpp"
 
 namespace py = pybind11;
@@ -565,6 +566,13 @@ void bind_v41(py::module_& m) {
     return v41_tensor_digest(std::span<const float>(values.data(), static_cast<size_t>(values.size())), shape);
   }, py::arg("values"), py::arg("shape"),
      "FNV-1a 64 of the shape (int64s) and the float32 values, row-major (docs/v41.md §12.9's canonical form).");
+  m.def("v41_stress_prompts", [](const std::string& config, int64_t n) {
+    const V41Config c = config_named(config);
+    py::list out;
+    for (const V41StressPrompt& s : v41_stress_prompts(c, make_v41_plan(c), n))
+      out.append(py::make_tuple(s.name, array_of<int64_t>(s.tokens, {static_cast<py::ssize_t>(s.tokens.size())}), s.why));
+    return out;
+  }, "The prompts that make ties likely (docs/v41.md §13.12): (name, ids, why) of n tokens each (one for 'single').");
   m.def("v41_config_switches", [](const std::string& config) {
     py::list out;
     for (const auto& [k, v] : v41_config_switches(config_named(config))) out.append(py::make_tuple(k, v));

@@ -31,14 +31,18 @@ class GenerationReport:
     kl_bound: Optional[tuple] = None                  # (quantile key, bound) the policy gates, or None
     not_supported: str = ""
     special: list = field(default_factory=list)       # "prompt P step S: ..." where the engine's logits are not finite
+    names: list = field(default_factory=list)         # each prompt's: "seeded S" or a stress prompt's name
 
     @property
     def failures(self) -> list:
-        bad = [f"prompt {i}: {_divergence(d)}" for i, d in enumerate(self.divergences) if not d["passed"]]
+        bad = [f"prompt {self._name(i)}: {_divergence(d)}" for i, d in enumerate(self.divergences) if not d["passed"]]
         bad += self.special
         if self.kl_bound and self.kl and self.kl[self.kl_bound[0]] > self.kl_bound[1]:
             bad.append(f"KL {self.kl_bound[0]} {self.kl[self.kl_bound[0]]:.3g} > {self.kl_bound[1]:.3g}")
         return bad
+
+    def _name(self, i: int) -> str:
+        return f"{i} ({self.names[i]})" if i < len(self.names) else str(i)
 
     @property
     def passed(self) -> bool:
@@ -52,7 +56,7 @@ class GenerationReport:
             return f"not supported: {self.engine}: {self.not_supported}"
         lines = []
         for i, d in enumerate(self.divergences):
-            lines.append(f"prompt {i}: " + ("the same tokens at every step" if d["step"] < 0 else _divergence(d)))
+            lines.append(f"prompt {self._name(i)}: " + ("the same tokens at every step" if d["step"] < 0 else _divergence(d)))
         k = self.kl
         lines.append(f"greedy exact agreement {self.agreement['rate']:.3f} of {self.prompts} prompts, mean agreeing "
                      f"prefix {self.agreement['mean_prefix']:.2f} of {self.steps} steps")
@@ -83,15 +87,18 @@ def _greedy(engine: Any, prompt: np.ndarray, steps: int) -> tuple[list, list]:
 
 def generation(engine: Any, config: str = "v41-tiny", prompts: int = 4, prompt_len: int = 16, steps: int = 8,
                top_n: int = 5, weight_seed: int = 0, checkpoint: Optional[str] = None,
-               kl_bound: Optional[tuple] = None, quiet: bool = False) -> GenerationReport:
+               kl_bound: Optional[tuple] = None, quiet: bool = False, stress: bool = True) -> GenerationReport:
     """Free-running greedy decode of ``prompts`` seeded prompts of ``prompt_len`` tokens, ``steps`` tokens each, on
     the engine and on the reference (in the engine's regime), judged by vLLM's rule with ``top_n``; ``kl_bound``,
-    e.g. ``("p99", 0.05)``, also gates a quantile of the per-position KL."""
+    e.g. ``("p99", 0.05)``, also gates a quantile of the per-position KL. With ``stress`` (the default) the prompts
+    that make ties likely follow the seeded ones (docs/v41.md §13.12: a token repeated, two alternating, a period of
+    the compress ratio and of the window, each of ``prompt_len`` tokens, and one token), named in the report."""
     if prompts < 1 or steps < 1 or prompt_len < 1:
         raise ValueError(f"generation: prompts {prompts}, steps {steps}, prompt_len {prompt_len}: each must be at "
                          f"least 1 (nothing judged is no verdict)")
     name = getattr(engine, "name", type(engine).__name__)
     rep = GenerationReport(engine=name, prompts=prompts, steps=steps, top_n=top_n, kl_bound=kl_bound)
+    rep.names = [f"seeded {1000 + p}" for p in range(prompts)]
     if not {"prefill", "decode"} <= capabilities_of(engine):
         rep.not_supported = "free-running decode needs the capabilities 'prefill' and 'decode'"
         if not quiet:
@@ -102,8 +109,13 @@ def generation(engine: Any, config: str = "v41-tiny", prompts: int = 4, prompt_l
     reference = ReferenceEngine(getattr(engine, "regime", "release"))
     reference.load(str(folder))
     pairs, ref_rows, eng_rows = [], [], []
-    for p in range(prompts):
-        prompt = _core.v41_tokens(str(folder), prompt_len, 1000 + p)
+    prompt_set = [_core.v41_tokens(str(folder), prompt_len, 1000 + p) for p in range(prompts)]
+    if stress:
+        for stress_name, ids, _ in _core.v41_stress_prompts(str(folder), prompt_len):
+            prompt_set.append(np.asarray(ids))
+            rep.names.append(stress_name)
+    rep.prompts = len(prompt_set)
+    for p, prompt in enumerate(prompt_set):
         ta, la = _greedy(reference, prompt, steps)
         tb, lb = _greedy(engine, prompt, steps)
         for s, row in enumerate(lb):  # at any step, shared context or not: the rule and the KL see only some
