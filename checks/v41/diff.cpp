@@ -1,9 +1,10 @@
 // The judge of two v41 run files (docs/v41.md §12.7, §12.8; `ced diff A.h5 B.h5`, ced.compare): A (under test)
-// against B (the reference),
-// every op judged by the sound gate's bounds (docs/sound-bounds.md) where A's inputs to it are B's bit for bit,
-// so each verdict holds for every correct implementation whatever happened upstream: where the inputs differ,
-// a difference of the output says nothing about the op, and the op is listed as not judged. The block's mixes
-// and streams are judged against each side's own captures, so they are judged at every layer.
+// against B (the reference), every op judged by the sound gate's bounds (docs/sound-bounds.md) where A's inputs
+// to it are B's bit for bit, so each verdict holds for every correct implementation whatever happened upstream:
+// where the inputs differ, a difference of the output says nothing about the op, and the op is listed as not
+// judged. The block's mixes and streams are judged against each side's own captures, so at every layer.
+#include "checks/v41/diff.hpp"
+
 #include <fmt/format.h>
 #include <fmt/printf.h>
 
@@ -18,7 +19,6 @@
 #include "models/v41/checkpoint.hpp"
 #include "models/v41/numerics.hpp"
 #include "models/v41/run_file.hpp"
-#include "checks/v41/diff.hpp"
 
 namespace ced::v41 {
 
@@ -56,8 +56,8 @@ RowDiff compare_rows(const std::string& where, const std::vector<double>& a, int
 
 // `ced diff` where a file is a CED or resumed prefill: each tensor at the positions both files hold, bit for bit.
 // The op-by-op judge needs every row of every layer (its windows, compressors and selections span the prompt), so
-// these files are compared as the family claims them: an exact replay (or a resume rebuilding its encoder span)
-// holds the full prefill's bits, a bounded one differs where its cone was cut.
+// these files are compared as the family claims them: an exact replay holds the full prefill's last position and
+// decode steps, a resume that rebuilds every row holds every row, a bounded replay differs where its cone was cut.
 V41DiffReport diff_rows(const V41DiffOptions& o, const v41::V41RunFile& a, const v41::V41RunFile& b) {
   std::string out;
   const int64_t N = b.result.N;
