@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <system_error>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,19 @@ std::string slurp(const fs::path& p) {
   __builtin_trap();
 }
 
+// The base folder copied afresh. libFuzzer's timer signal (SIGALRM, for -timeout) can interrupt the copy's
+// system calls; an interrupted copy is the harness's, not a finding: it starts again.
+void copy_base(const fs::path& from, const fs::path& to) {
+  for (int attempt = 0;; ++attempt) {
+    fs::remove_all(to);
+    std::error_code ec;
+    fs::copy(from, to, fs::copy_options::recursive, ec);
+    if (!ec) return;
+    if (ec != std::errc::interrupted || attempt == 100)
+      throw fs::filesystem_error("v41_input_fuzz: cannot copy the base folder", from, to, ec);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -73,8 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t change = in.range(0, 4);
   const uint64_t at_raw = in.u64(4);
   const std::span<const uint8_t> bytes = in.rest();
-  fs::remove_all(b.work);
-  fs::copy(b.dir, b.work, fs::copy_options::recursive);
+  copy_base(b.dir, b.work);
   const fs::path target = b.work / file;
   std::string content = slurp(target);
   const size_t at = content.empty() ? 0 : static_cast<size_t>(at_raw % (content.size() + 1));
