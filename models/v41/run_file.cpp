@@ -339,11 +339,11 @@ void v41_drop_rows_before(V41LayerCapture& c, int64_t position, int64_t N) {
   };
   for (const auto& rf : real_fields())
     if (!rf.compressed) cut(c.*rf.field);
-  cut(c.hash_ids);
-  cut(c.topk_idxs);
-  cut(c.candidates);
-  cut(c.attn_idx);
-  cut(c.experts);
+  for (const auto& inf : int_fields()) {  // every integer capture is per row
+    std::vector<int64_t> v = inf.get(c);
+    cut(v);
+    inf.set(c, v);
+  }
   c.first_row = position;
 }
 
