@@ -110,3 +110,14 @@ def test_a_port_reproduces_the_canonical_digest_from_the_file_alone(checkpoints)
     # the switches a port applies
     switches = v41.config_switches(str(folder))
     assert v41.tensor_digest([switches["swiglu_limit"]]) == expected["config.swiglu_limit"]
+
+
+def test_a_report_of_no_tensor_is_a_failure_not_a_pass(checkpoints):
+    # 0 of 0 checked is no verdict: an engine that reports nothing fails the loaded-weights check.
+    class Empty(v41.ReferenceEngine):
+        def loaded_digests(self):
+            return {}
+
+    rep = v41.gate(Empty("release"), [golden("tiny-fp8-n5.h5")], checkpoints=checkpoints, quiet=True)
+    [v] = loaded_verdict(rep)
+    assert not v.ok and "reported no tensor" in v.failure and not rep.passed
