@@ -161,6 +161,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Control{V41Fault::mhc_comb_transposed, "tiny-fp8-n17.h5", 0, "ffn_x"},
                       Control{V41Fault::index_topk_capped, "tiny-fp8-n17.h5", 1, "topk_idxs (forced x)"},
                       Control{V41Fault::index_relu_dropped, "tiny-fp8-n17.h5", 3, "topk_idxs (forced x)"},
+                      // The pooling compressor given no lengths pools nothing: layer 1's ratio-2 latent is zeros.
+                      Control{V41Fault::compressor_without_lengths, "tiny-fp8-n17.h5", 1, "latent (forced x)"},
+                      Control{V41Fault::compressor_without_lengths, "wide-bf16-n33.h5", 1, "latent (forced x)"},
                       Control{V41Fault::mhc_comb_transposed, "wide-bf16-n33.h5", 0, "ffn_x"},
                       // Row 32 of layer 3 (ratio 1) is the first with 33 groups, one more than the cap.
                       Control{V41Fault::index_topk_capped, "wide-fp8-n33.h5", 3, "topk_idxs (forced x)"},
@@ -202,6 +205,19 @@ TEST(V41PortBugsMissed, IndexTopkCappedPassesEveryFileBelowItsLength) {
     model.set_fault(V41Fault::index_topk_capped);
     const V41Agreement a = v41_agreement(model, l.file);
     const V41TensorAgreement* f = a.first_failure();
+    EXPECT_EQ(f, nullptr) << file << ": " << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
+  }
+}
+
+// The pooling compressor given no sequence lengths pools no group; a prompt of one token completes no group of
+// ratio 2, so a file of N = 1 passes it in both regimes (the port bug test measures N = 2 as its shortest
+// length). v41-tiny's files stand for wide's: the same plan of ratios, and wide's load costs the default tier 4 s.
+TEST(V41PortBugsMissed, CompressorWithoutLengthsPassesEveryFileOfOneToken) {
+  for (const char* file : {"tiny-fp8-n1.h5", "tiny-bf16-n1.h5"}) {
+    const Loaded& l = load(file);
+    V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
+    model.set_fault(V41Fault::compressor_without_lengths);
+    const V41TensorAgreement* f = v41_agreement(model, l.file).first_failure();
     EXPECT_EQ(f, nullptr) << file << ": " << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
   }
 }

@@ -143,6 +143,24 @@ TEST(V41PortBugs, PrefixCacheKeyedByLengthShowsInTheSecondRequestFromTheFirstAdo
   }
 }
 
+// An Ascend fork's bug: the compressor was given no sequence lengths, and the model went wrong from exactly the
+// prompt that completes a group (4 tokens, its ratio). A pooling compressor that pools nothing changes no logit
+// until some row of a kv source with ratio > 1 sees a complete group: N = the smallest such ratio (2 on
+// v41-tiny), derived from the plan and measured. A ratio-1 source is a plain linear with no pooling and keeps
+// its rows.
+TEST(V41PortBugs, CompressorWithoutLengthsShowsFromThePromptThatCompletesAGroup) {
+  const V41Config& c = tiny_checkpoint().config;
+  const V41Plan plan = make_v41_plan(c);
+  int64_t expected = 0;
+  for (const LayerPlan& lp : plan.layers)
+    if (lp.owns_compressor && lp.ratio > 1) expected = expected ? std::min(expected, lp.ratio) : lp.ratio;
+  ASSERT_GT(expected, 1);
+  const int64_t found = shortest_visible(V41Fault::compressor_without_lengths, c.window_size);
+  std::printf("compressor-without-lengths: visible from N = %lld (the smallest pooling ratio %lld)\n",
+              (long long)found, (long long)expected);
+  EXPECT_EQ(found, expected);
+}
+
 // Megatron-LM's and NeMo's bug: the Sinkhorn matrix is not symmetric, so one token shows it.
 TEST(V41PortBugs, MhcCombTransposedMovesTheLogitsOfOneToken) {
   EXPECT_EQ(shortest_visible(V41Fault::mhc_comb_transposed, 4), 1);

@@ -85,6 +85,9 @@ enum class V41Fault {
   prefix_cache_keyed_by_length,  // resume: the prefix cache keyed by the hit's length alone (MLX ports' contamination
                                  // between requests): the first request's cached groups served to every later
                                  // request with a hit of that length
+  compressor_without_lengths,  // the prefill's pooling compressor (ratio > 1) given no sequence lengths (an Ascend
+                               // fork): it pools no group, and the attention reads zeros for every group its
+                               // positions count; invisible until a group completes
 };
 const std::vector<std::string>& v41_fault_names();  // "none", "v4-q-norm", ... (the enum's order)
 V41Fault v41_fault_from_name(std::string_view name);  // InputError naming the known ones

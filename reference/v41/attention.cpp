@@ -42,6 +42,9 @@ Vec compressor(const LayerCtx& L, std::span<const double> x, int64_t N) {
     latent = compress_pool(L.a, kv, score, N, hd, r);
   }
   rmsnorm(L.a, latent, hd, L.w.compressor_norm, L.c.norm_eps);
+  // The planted compressor-without-lengths: the pooling kernel, given no sequence lengths, pools no group, and
+  // the groups the attention counts from the positions read the zeros their buffer was cleared to.
+  if (L.fault == V41Fault::compressor_without_lengths && r > 1) std::fill(latent.begin(), latent.end(), 0.0);
   return latent;
 }
 
