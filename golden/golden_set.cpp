@@ -9,14 +9,11 @@
 
 #include "io/untrusted.hpp"
 #include "models/lab/hdf5_files.hpp"
+#include "model/data_root.hpp"
 #include "model/error.hpp"
 #include "models/lab/weights.hpp"
 #include "compare/run_compare.hpp"
 #include "golden/golden_calibration.hpp"
-
-#ifndef CED_SOURCE_DIR
-#define CED_SOURCE_DIR "."
-#endif
 
 namespace ced::golden {
 
@@ -71,11 +68,11 @@ RunRequest request_of(const RunFile& f, const RunResult& s) {
   return r;
 }
 
-// CED_GOLDEN_DIR overrides the compiled-in source tree (a build carried to
-// another machine, tools/device-check.sh).
+// CED_GOLDEN_DIR overrides the shipped golden folder (a build carried to another machine,
+// tools/device-check.sh); else the data root's (the source tree, or the installed package's data).
 std::filesystem::path default_golden_dir() {
   if (const char* env = std::getenv("CED_GOLDEN_DIR"); env && *env) return env;
-  return std::filesystem::path(CED_SOURCE_DIR) / "golden";
+  return data_root() / "golden";
 }
 
 const BackendEntry& golden_writer() {

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The Python tests (run by test.sh in the default and long tiers): the venv of
-# scripts/python-venv.sh, the `ced` package installed into it with pip, then
-# pytest over python/tests and, when present, examples/torch_engine.
-# The package is built without build isolation and its build folder
-# (python/build/) is reused, so a second install recompiles only what changed.
+# scripts/python-venv.sh, the self-contained wheel of scripts/build-wheel.sh (the
+# artifact a port installs) installed into it, then pytest over python/tests and,
+# when present, examples/torch_engine. The wheel is built without build isolation
+# and its build folder (python/build/) is reused, so a second build recompiles
+# only what changed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${CED_BUILD_DIR:-$root/build}
@@ -12,8 +13,13 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 "$root/scripts/python-venv.sh" "$venv"
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 start=$(date +%s)
-"$venv/bin/pip" install -q --disable-pip-version-check --no-build-isolation "$root/python"
-echo "test-python: pip install ./python took $(($(date +%s) - start)) s"
+"$root/scripts/build-wheel.sh" "$build/wheel"
+# The package was called `ced` before it was `ced-harness`: a venv of then holds its files under the old name.
+"$venv/bin/pip" uninstall -q -y --disable-pip-version-check ced 2>/dev/null || true
+"$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$build/wheel"/ced_harness-*.whl
+echo "test-python: the wheel built, repaired and installed in $(($(date +%s) - start)) s"
+# test_installed_package.py compares the package's `ced` with the CMake build's binary, bit for bit.
+export CED_BINARY=${CED_BINARY:-$build/tools/ced}
 dirs=("$root/python/tests")
 [ -d "$root/examples/torch_engine" ] && dirs+=("$root/examples/torch_engine")
 cd "$root"

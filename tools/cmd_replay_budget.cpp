@@ -16,6 +16,7 @@
 #include "checks/replay_budget.hpp"
 #include "models/lab/hdf5_files.hpp"
 #include "io/untrusted.hpp"
+#include "model/data_root.hpp"
 #include "model/error.hpp"
 #include "tools/common.hpp"
 #include "tools/v41_commands.hpp"
@@ -137,7 +138,7 @@ bool draw_plots(const std::string& out, const Config& c, const std::vector<Budge
                                        p.exact_decode_replay());
   const char* env = std::getenv("CED_GNUPLOT");
   const std::string program = env && *env ? env : "gnuplot";
-  const std::string script = std::string(CED_SOURCE_DIR) + "/tools/replay-budget.gp";
+  const std::string script = (data_root() / "tools" / "replay-budget.gp").string();
   const int status = run_program({program, "-e", vars, script});
   if (status == 127) return false;  // not found
   if (status != 0) throw std::runtime_error(fmt::format("{} failed on {} (status {})", program, script, status));

@@ -11,6 +11,7 @@
 #include "checks/v41_ced_checks.hpp"
 #include "compare/compare.hpp"
 #include "compare/op_bounds.hpp"
+#include "model/data_root.hpp"
 #include "model/error.hpp"
 #include "checks/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
@@ -102,9 +103,11 @@ int regenerate_v41_golden(const std::string& dir, const std::string& official, c
     throw InputError(fmt::format("ced golden regenerate: {} holds no run_official.py", official));
   if (run_program({python, "-c", "import torch; torch.float8_e4m3fn; torch.float4_e2m1fn_x2"}, true) != 0)
     throw InputError(fmt::format("ced golden regenerate: {} cannot import torch with the FP8 and FP4 dtypes", python));
-  // The script exports each checkpoint with this very binary.
-  ::setenv("CED", fs::read_symlink("/proc/self/exe").c_str(), 1);
-  const int status = run_program({"bash", std::string(CED_SOURCE_DIR) + "/scripts/v41-official-golden.sh", official,
+  // The script exports each checkpoint with this very program: the binary, or, run from the Python package (whose
+  // process is python), the `ced` command it names in CED_SELF (python/ced/cli.py).
+  const char* self = std::getenv("CED_SELF");
+  ::setenv("CED", self && *self ? self : fs::read_symlink("/proc/self/exe").c_str(), 1);
+  const int status = run_program({"bash", (data_root() / "scripts" / "v41-official-golden.sh").string(), official,
                                   python, dir});
   if (status != 0) std::fprintf(stderr, "ced golden regenerate: scripts/v41-official-golden.sh exited %d\n", status);
   return status == 0 ? 0 : 1;

@@ -27,11 +27,20 @@ import numpy as np
 from . import _core
 from ._core import Config, LayerCapture, RunRequest, RunResult
 
+#: The harness's version: the CMake project's, as ``ced --version`` prints it and the wheel's metadata carries it.
+__version__: str = _core.__version__
+
+# An installed wheel carries the golden runs, their policies and the capture scripts as package data (ced/data);
+# the C++ side finds them there. Without it (a module built in a checkout) they are the source tree's.
+_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+if os.path.isdir(_DATA):
+    _core.set_data_root(_DATA)
+
 InputError = _core.InputError
 NotSupportedError = _core.NotSupportedError
 
 __all__ = [
-    "Config", "LayerCapture", "RunRequest", "RunResult", "InputError", "NotSupportedError",
+    "__version__", "Config", "LayerCapture", "RunRequest", "RunResult", "InputError", "NotSupportedError",
     "Request", "CompareReport", "TensorReport", "GateReport", "GateRun", "RunFile",
     "config", "weights", "tokens", "run", "result", "compare", "write_run", "read_run", "export", "gate",
     "builtin_configs", "backends", "check",

@@ -182,6 +182,7 @@ Policy policy_of(const std::string& path) { return path.empty() ? exact_policy()
 void bind_v41(py::module_& m);         // python/src/v41.cpp
 void bind_v41_blocks(py::module_& m);  // python/src/v41_blocks.cpp
 void bind_generation(py::module_& m);  // python/src/generation.cpp
+void bind_cli(py::module_& m);         // python/src/cli.cpp
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "The CED harness's C++ libraries (docs/spec.md); use the `ced` package, not this module.";
@@ -412,4 +413,5 @@ PYBIND11_MODULE(_core, m) {
   bind_v41(m);
   bind_v41_blocks(m);
   bind_generation(m);
+  bind_cli(m);
 }
