@@ -48,6 +48,11 @@ if [ "$(basename "$out")" = v41-long ]; then
   "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny" \
     --config-name v41-tiny --weight-seed 0 --mode bf16 --n 33 --threads 1 --input-seed 0 \
     --out "$out/tiny-bf16-n33.h5"
+  # ... and past v41-wide's window (W + 1 = 129), lean: sparse_attn's query and output, 60 % of the file at
+  # head_dim 512, left out (the gate judges those two ops by budgets there).
+  "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-wide" \
+    --config-name v41-wide --weight-seed 0 --mode bf16 --n 129 --threads 1 --input-seed 0 --lean \
+    --out "$out/wide-bf16-n129.h5"
   # Prompts that make ties likely (docs/v41.md §13.12, `ced spans --stress`): one token repeated in both regimes
   # past 2W, two tokens alternating past the exact span 46, a period of the compress ratio past the span 91.
   "$ced" spans --config v41-tiny --stress 92 --stress-out "$tmp/stress" > /dev/null
