@@ -16,7 +16,7 @@ if(CED_ENABLE_CUDA)
 endif()
 
 # fmt and toml++ as every target of ours links them: ced::fmt, ced::toml. With CED_PORTABLE (the Python wheel,
-# python/pyproject.toml) both are compiled in from their headers, so the module needs no shared library of
+# pyproject.toml) both are compiled in from their headers, so the module needs no shared library of
 # theirs on the user's machine; HDF5 stays shared (Debian's static archive is not position independent) and
 # auditwheel copies it into the wheel (scripts/build-wheel.sh).
 add_library(ced_fmt INTERFACE)

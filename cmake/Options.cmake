@@ -2,8 +2,8 @@ include(CheckLanguage)
 
 option(CED_BUILD_TESTS "Build the unit and property tests" ON)
 option(CED_BUILD_FUZZ "Build the libFuzzer targets (needs clang)" OFF)
-option(CED_BUILD_PYTHON "Build the Python module ced._core (python/pyproject.toml sets it)" OFF)
-option(CED_PORTABLE "Link what a wheel may not depend on into the module (python/pyproject.toml sets it)" OFF)
+option(CED_BUILD_PYTHON "Build the Python module ced._core (pyproject.toml sets it)" OFF)
+option(CED_PORTABLE "Link what a wheel may not depend on into the module (pyproject.toml sets it)" OFF)
 
 # CUDA is on by default wherever nvcc is found; the CPU build never needs it.
 # Where neither CMAKE_CUDA_COMPILER nor CUDACXX names it, nvcc is looked for

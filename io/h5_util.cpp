@@ -99,11 +99,37 @@ Array<T> read_array(hid_t file, const std::string& path, int rank, H5T_class_t c
   // element; chunked layouts may be compressed, so they get the element cap only.
   Handle plist = own(H5Dget_create_plist(d.get()), H5Pclose, path, "cannot read its layout");
   const H5D_layout_t layout = H5Pget_layout(plist.get());
+  const size_t elem = H5Tget_size(type.get());
+  const hsize_t stored = H5Dget_storage_size(d.get());
+  // The storage size is itself read from the file: a corrupt header can claim more bytes than the file holds.
+  Handle owner = own(H5Iget_file_id(d.get()), H5Fclose, path, "cannot find its file");
+  hsize_t file_size = 0;
+  check(H5Fget_filesize(owner.get(), &file_size), path, "cannot read its file's size");
+  if (stored > file_size)
+    fail(path, fmt::format("claims to store {} bytes in a file of {} (truncated or corrupt file?)", stored, file_size));
   if (n > 0 && (layout == H5D_CONTIGUOUS || layout == H5D_COMPACT)) {
-    const size_t elem = H5Tget_size(type.get());
-    const hsize_t stored = H5Dget_storage_size(d.get());
     if (elem == 0 || stored / elem < n)
       fail(path, fmt::format("claims {} elements but stores {} bytes (truncated or corrupt file?)", n, stored));
+  } else if (n > 0) {
+    // A chunked dataset may be compressed, but only by the filters the harness's writers and h5py's gzip use
+    // (deflate, shuffle, the Fletcher checksum): deflate inflates a byte to at most 1032, so a dataset claiming
+    // more than that many times its stored bytes (a chunk never written stores none) is a corrupt file, refused
+    // before a fuzzer's 128 GiB allocation. Another filter (scale-offset compresses a constant without bound) is
+    // refused too.
+    for (int i = 0, nf = H5Pget_nfilters(plist.get()); i < nf; ++i) {
+      unsigned flags = 0;
+      size_t cd_n = 0;
+      char name[64] = {0};
+      unsigned config = 0;
+      const H5Z_filter_t f = H5Pget_filter2(plist.get(), static_cast<unsigned>(i), &flags, &cd_n, nullptr, sizeof name,
+                                            name, &config);
+      if (f != H5Z_FILTER_DEFLATE && f != H5Z_FILTER_SHUFFLE && f != H5Z_FILTER_FLETCHER32)
+        fail(path, fmt::format("is stored through HDF5 filter {} ('{}'), which no harness file uses", f, name));
+    }
+    constexpr uint64_t kDeflateMaxRatio = 1032;
+    if (elem == 0 || n > stored / elem * kDeflateMaxRatio + kDeflateMaxRatio)
+      fail(path, fmt::format("claims {} elements but stores {} bytes, more than deflate can inflate (truncated or "
+                             "corrupt file?)", n, stored));
   }
   out.values.resize(static_cast<size_t>(n));
   if (n > 0)

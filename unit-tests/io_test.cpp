@@ -977,3 +977,31 @@ TEST_F(IoTest, FixedLengthStringAttributesAreReadToo) {
 
 }  // namespace
 }  // namespace ced
+
+namespace ced {
+namespace {
+
+// A fuzzer's file (fuzz/corpus/input_fuzz/regression-storage-size-beyond-the-file, its first byte the fuzzer's
+// selector): a contiguous /config list whose header claims 2^34 elements stored in 6.9·10^18 bytes of a 17 kB
+// file. The storage size is read from the file too, so the claim is checked against the file's own size before
+// anything is allocated (a 128 GiB allocation before: out of memory under the sanitizers, a crash).
+TEST(CorruptFiles, AStorageSizeBeyondTheFileIsRefusedBeforeAnyAllocation) {
+  std::ifstream in(std::string(CED_SOURCE_DIR) + "/fuzz/corpus/input_fuzz/regression-storage-size-beyond-the-file",
+                   std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 1u);
+  const std::string path = ::testing::TempDir() + "/storage-beyond-the-file.h5";
+  std::ofstream(path, std::ios::binary) << bytes.substr(1);
+  try {
+    read_run_file(path);
+    FAIL() << "the corrupt file was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/config/kv_source_layers: claims to store 6876538651743121001 bytes in a "
+                                         "file of 16984"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ced

@@ -217,7 +217,8 @@ TEST(V41PortBugsMissed, CompressorWithoutLengthsPassesEveryFileOfOneToken) {
     const Loaded& l = load(file);
     V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
     model.set_fault(V41Fault::compressor_without_lengths);
-    const V41TensorAgreement* f = v41_agreement(model, l.file).first_failure();
+    const V41Agreement f_agreement = v41_agreement(model, l.file);
+    const V41TensorAgreement* f = f_agreement.first_failure();
     EXPECT_EQ(f, nullptr) << file << ": " << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
   }
 }
@@ -230,7 +231,8 @@ TEST(V41PortBugsMissed, IndexReluDroppedPassesEveryFileWhoseRowsSelectEveryGroup
     const Loaded& l = load(file);
     V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
     model.set_fault(V41Fault::index_relu_dropped);
-    const V41TensorAgreement* f = v41_agreement(model, l.file).first_failure();
+    const V41Agreement f_agreement = v41_agreement(model, l.file);
+    const V41TensorAgreement* f = f_agreement.first_failure();
     EXPECT_EQ(f, nullptr) << file << ": " << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
   }
 }
@@ -255,7 +257,8 @@ TEST(V41Switches, LowestIndexTiesMoveOfficialSelectionsWhichTheSoundGateAdmitsAn
   const V41TensorAgreement* f = a.first_failure();
   EXPECT_EQ(f, nullptr) << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
   // The measured budgets, which count a different selection as a disagreement, fail it at that layer.
-  const V41TensorAgreement* b = v41_agreement(model, l.file, {}, false).first_failure();
+  const V41Agreement b_agreement = v41_agreement(model, l.file, {}, false);
+  const V41TensorAgreement* b = b_agreement.first_failure();
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->layer, 1);
 }

@@ -108,7 +108,8 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(V41LongGoldenMissed, WindowRingDropsLastPassesEveryDecodeAfterAPromptWithinTheWindow) {
   for (const std::string& file : {std::string(CED_V41_GOLDEN_DIR) + "/tiny-fp8-n13-d8.h5",
                                   std::string(CED_V41_GOLDEN_DIR) + "/tiny-bf16-n13-d8.h5", kDir + "/wide-fp8-n127-d3.h5"}) {
-    const V41TensorAgreement* f = judged(file, V41Fault::window_ring_drops_last).first_failure();
+    const V41Agreement f_agreement = judged(file, V41Fault::window_ring_drops_last);
+    const V41TensorAgreement* f = f_agreement.first_failure();
     EXPECT_EQ(f, nullptr) << file << ": " << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
   }
 }

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
+#include "checks/v41/agreement.hpp"
 #include "models/v41/checkpoint.hpp"
 #include "reference/v41/forward.hpp"
 #include "unit-tests/v41_test_model.hpp"
@@ -159,6 +161,60 @@ TEST(V41PortBugs, CompressorWithoutLengthsShowsFromThePromptThatCompletesAGroup)
   std::printf("compressor-without-lengths: visible from N = %lld (the smallest pooling ratio %lld)\n",
               (long long)found, (long long)expected);
   EXPECT_EQ(found, expected);
+}
+
+// vLLM's report: two router top-k kernels agree on random inputs and shift outputs in production. Two correct
+// kernels can choose differently only where the biased scores tie exactly at the k-th place, which random weights
+// never make: another tie order (lower expert first) moves no logit on any prompt up to 2W. A router that gives two
+// experts the same row and bias ties them on every token; there the two orders choose different experts for some
+// pair (the k-th chosen and one left out), the logits move, and the sound gate, judging the other order's run
+// against torch's order's, admits it (both are correct), where a bitwise check would fail it.
+TEST(V41PortBugs, RouterTieOrderMovesOnlyAnExactTieAndTheGateAdmitsEitherOrder) {
+  const V41Checkpoint& ck = tiny_checkpoint();
+  const V41Config& c = ck.config;
+  EXPECT_EQ(shortest_visible(V41Fault::router_ties_lowest_index, 2 * c.window_size), 0) << "no exact tie, no change";
+  const V41EngramHashing hashing = v41_checkpoint_hashing(c);
+  const std::vector<int64_t> tokens = prompt(5, c.vocab_size, 42);
+  const V41Model clean(c, ck.weights, V41Regime::release);
+  const std::vector<int32_t> chosen = clean.forward(tokens, hashing).layers[0].experts;
+  const int64_t E = c.n_routed_experts, K = c.n_activated_experts, D = c.dim;
+  bool moved = false;
+  for (int64_t j = 0; j < K && !moved; ++j) {
+    const int64_t from = chosen[static_cast<size_t>(j)];  // one of token 0's experts, copied over one left out
+    for (int64_t to = 0; to < E && !moved; ++to) {
+      if (std::find(chosen.begin(), chosen.begin() + K, static_cast<int32_t>(to)) != chosen.begin() + K) continue;
+      V41Checkpoint tied = ck;
+      for (SafetensorsTensor& t : tied.weights.tensors) {
+        const int64_t width = t.name == "layers.0.ffn.gate.weight" ? 2 * D : t.name == "layers.0.ffn.gate.bias" ? 4 : 0;
+        if (width) std::memcpy(t.bytes.data() + to * width, t.bytes.data() + from * width, static_cast<size_t>(width));
+      }
+      V41Model torch_order(tied.config, tied.weights, V41Regime::release), other(tied.config, tied.weights, V41Regime::release);
+      other.set_fault(V41Fault::router_ties_lowest_index);
+      V41RunFile run;
+      run.config = tied.config;
+      run.regime = V41Regime::release;
+      run.tokens = tokens;
+      run.result = torch_order.forward(tokens, hashing);
+      const V41ForwardResult theirs = other.forward(tokens, hashing);
+      if (theirs.layers[0].experts == run.result.layers[0].experts) continue;  // the tie fell inside the top-k
+      moved = true;
+      std::printf("router rows %lld := %lld tied: the orders choose other experts at layer 0; logits %s\n",
+                  (long long)to, (long long)from, theirs.logits == run.result.logits ? "equal" : "differ");
+      EXPECT_NE(theirs.logits, run.result.logits);
+      const V41Agreement judged = v41_agreement(other, run);
+      const V41TensorAgreement* f = judged.first_failure();
+      EXPECT_EQ(f, nullptr) << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
+      // The same verdict is not blind to the router: the untied router (its row `to` its own) fails it there.
+      const V41Model untied(c, ck.weights, V41Regime::release);
+      const V41Agreement untied_judged = v41_agreement(untied, run);
+      const V41TensorAgreement* u = untied_judged.first_failure();
+      ASSERT_NE(u, nullptr) << "the gate passed a router whose row differs";
+      std::printf("the untied router: %s layer %lld %s\n", u->pass.c_str(), (long long)u->layer, u->kind.c_str());
+      EXPECT_EQ(u->layer, 0);
+      EXPECT_EQ(u->kind, "experts (forced x)");
+    }
+  }
+  EXPECT_TRUE(moved) << "no tied pair moved a choice";
 }
 
 // Megatron-LM's and NeMo's bug: the Sinkhorn matrix is not symmetric, so one token shows it.

@@ -72,7 +72,8 @@ const std::vector<std::string>& v41_fault_names() {
                                                  "ced-replayed-row-ulp", "mhc-comb-transposed",
                                                  "index-topk-capped", "index-relu-dropped",
                                                  "window-ring-drops-last", "index-cache-offset",
-                                                 "prefix-cache-keyed-by-length", "compressor-without-lengths"};
+                                                 "prefix-cache-keyed-by-length", "compressor-without-lengths",
+                                                 "router-ties-lowest-index"};
   return names;
 }
 

@@ -88,6 +88,9 @@ enum class V41Fault {
   compressor_without_lengths,  // the prefill's pooling compressor (ratio > 1) given no sequence lengths (an Ascend
                                // fork): it pools no group, and the attention reads zeros for every group its
                                // positions count; invisible until a group completes
+  router_ties_lowest_index,    // not a bug: the router's top-k breaks an exact tie of biased scores lower expert
+                               // first, where torch's CPU top-k puts it elsewhere (vLLM's two router kernels):
+                               // another correct order, which the gate must admit
 };
 const std::vector<std::string>& v41_fault_names();  // "none", "v4-q-norm", ... (the enum's order)
 V41Fault v41_fault_from_name(std::string_view name);  // InputError naming the known ones

@@ -159,10 +159,11 @@ void candidate_blocks(std::span<const double> score, int64_t visible, int64_t to
 
 // The gate of one token: scores = sqrt(softplus(logits / gate_temp)), top-k of scores + bias, weights
 // = the unbiased scores of the chosen, / (their sum + 1e-20) when norm_topk_prob, × route_scale.
-// experts: the chosen ids in torch's top-k order; weights alongside.
+// experts: the chosen ids in torch's top-k order (`ties`: lowest_index breaks an exact tie lower expert first,
+// the planted router_ties_lowest_index); weights alongside.
 void gate_weights(const Arith& a, std::span<const double> logits, std::span<const double> bias, int64_t topk,
                   double gate_temp, bool norm_topk_prob, double route_scale, const std::string& score_func,
-                  std::span<int64_t> experts, std::span<double> weights);
+                  std::span<int64_t> experts, std::span<double> weights, V41TopkTies ties = V41TopkTies::torch);
 // The clamped SwiGLU of one row: h = silu(min(g, limit)) · clamp(u, ±limit) (limit > 0), × weight
 // when weight is given; fp32. g, u: [n] in, h: [n] out (not yet rounded).
 void swiglu(const Arith& a, std::span<const double> g, std::span<const double> u, double limit, const double* weight,

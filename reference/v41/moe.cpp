@@ -11,7 +11,7 @@ namespace ced::v41::fwd {
 
 void gate_weights(const Arith& a, std::span<const double> logits, std::span<const double> bias, int64_t topk,
                   double gate_temp, bool norm_topk_prob, double route_scale, const std::string& score_func,
-                  std::span<int64_t> experts, std::span<double> weights) {
+                  std::span<int64_t> experts, std::span<double> weights, V41TopkTies ties) {
   const int64_t E = static_cast<int64_t>(logits.size());
   std::vector<double> s(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) s[static_cast<size_t>(e)] = a.div(logits[static_cast<size_t>(e)], a.c(gate_temp));
@@ -27,7 +27,8 @@ void gate_weights(const Arith& a, std::span<const double> logits, std::span<cons
   }
   for (int64_t e = 0; e < E; ++e)
     biased[static_cast<size_t>(e)] = a.add(s[static_cast<size_t>(e)], bias[static_cast<size_t>(e)]);
-  const auto top = torch_topk(biased, topk, true, a.emulate);
+  const auto top = ties == V41TopkTies::torch ? torch_topk(biased, topk, true, a.emulate)
+                                               : select_topk(biased, topk, a.emulate, ties);
   double sum = 0.0;
   for (int64_t j = 0; j < topk; ++j) {
     experts[static_cast<size_t>(j)] = top[static_cast<size_t>(j)];
@@ -89,7 +90,8 @@ std::vector<double> moe_forward(const LayerCtx& L, std::span<const double> x, V4
     gate_weights(L.a, std::span<const double>(logits).subspan(static_cast<size_t>(t * E), static_cast<size_t>(E)),
                  L.w.gate_bias, K, c.gate_temp, c.norm_topk_prob, c.route_scale, c.score_func,
                  std::span<int64_t>(chosen).subspan(static_cast<size_t>(t * K), static_cast<size_t>(K)),
-                 std::span<double>(wts).subspan(static_cast<size_t>(t * K), static_cast<size_t>(K)));
+                 std::span<double>(wts).subspan(static_cast<size_t>(t * K), static_cast<size_t>(K)),
+                 L.fault == V41Fault::router_ties_lowest_index ? V41TopkTies::lowest_index : V41TopkTies::torch);
   cap.experts.resize(chosen.size());
   cap.expert_weights.resize(chosen.size());
   for (int64_t t = 0; t < N; ++t) {

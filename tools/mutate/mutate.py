@@ -1098,7 +1098,7 @@ def main(argv=None):
             tests = " ".join(d for d in ("python/tests", "examples/torch_engine") if (Path(args.src) / d).is_dir())
             # The example engine's BLAS pinned as scripts/test-python.sh pins it.
             args.python_cmd = (f"{venv}/pip install -q --disable-pip-version-check --no-build-isolation --no-deps "
-                               f"./python && OPENBLAS_CORETYPE=${{OPENBLAS_CORETYPE:-Haswell}} {venv}/python -m "
+                               f". && OPENBLAS_CORETYPE=${{OPENBLAS_CORETYPE:-Haswell}} {venv}/python -m "
                                f"pytest -x -q -p no:cacheprovider {tests}")
         args.build = str(Path(args.build).resolve())
         args.src = str(Path(args.src).resolve())

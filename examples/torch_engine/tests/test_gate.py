@@ -4,7 +4,7 @@ as the first divergent one; the weights `ced export` writes load back equal to d
 import pytest
 import torch
 
-ced = pytest.importorskip("ced", reason="the ced package (pip install ./python) is not installed")
+ced = pytest.importorskip("ced", reason="the ced package (pip install .) is not installed")
 
 from ced_torch import config, harness, weights  # noqa: E402
 from ced_torch.layer import Layer  # noqa: E402

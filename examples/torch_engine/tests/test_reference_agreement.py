@@ -6,7 +6,7 @@ Found by running both from docs/ alone: every case agrees, so docs/spec.md pins 
 import pytest
 import torch
 
-ced = pytest.importorskip("ced", reason="the ced package (pip install ./python) is not installed")
+ced = pytest.importorskip("ced", reason="the ced package (pip install .) is not installed")
 
 from ced_torch import config, harness, weights  # noqa: E402
 from ced_torch.layer import Layer  # noqa: E402
