@@ -35,15 +35,23 @@ if [ "$(basename "$out")" = v41-long ]; then
         --out "$out/${config#v41-}-fp8-n$n.h5"
     done
   done
+  # The bf16 regime at the same boundaries of v41-tiny (its files weigh little; wide's past W follows below).
+  for n in 9 13 47 92; do
+    "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny" \
+      --config-name v41-tiny --weight-seed 0 --mode bf16 --n "$n" --threads 1 --input-seed 0 \
+      --out "$out/tiny-bf16-n$n.h5"
+  done
   # v41-wide's decode across its window: a prefill of 127, then 3 steps (positions 127 .. 129: the 128-slot
   # ring wraps at 128, and a ratio-2 group completes at 127 and 129).
   "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-wide" \
     --config-name v41-wide --weight-seed 0 --mode fp8 --n 127 --decode-steps 3 --threads 1 --input-seed 0 \
     --out "$out/wide-fp8-n127-d3.h5"
-  # v41-tiny's decode after a prompt of W + 1 = 17: the ring the prefill hands over has wrapped.
-  "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny" \
-    --config-name v41-tiny --weight-seed 0 --mode fp8 --n 17 --decode-steps 4 --threads 1 --input-seed 0 \
-    --out "$out/tiny-fp8-n17-d4.h5"
+  # v41-tiny's decode after a prompt of W + 1 = 17, in both regimes: the ring the prefill hands over has wrapped.
+  for mode in fp8 bf16; do
+    "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny" \
+      --config-name v41-tiny --weight-seed 0 --mode "$mode" --n 17 --decode-steps 4 --threads 1 --input-seed 0 \
+      --out "$out/tiny-$mode-n17-d4.h5"
+  done
   # The bf16 regime past the window and the candidate pool (2W + 1 = 33).
   "$py" "$root/scripts/v41_official_capture.py" --official "$official" --checkpoint "$tmp/v41-tiny" \
     --config-name v41-tiny --weight-seed 0 --mode bf16 --n 33 --threads 1 --input-seed 0 \

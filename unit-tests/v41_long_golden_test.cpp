@@ -55,7 +55,9 @@ INSTANTIATE_TEST_SUITE_P(Files, V41LongGolden,
                                            "tiny-fp8-n92.h5", "tiny-fp8-n17-d4.h5", "wide-fp8-n129.h5",
                                            "wide-fp8-n127-d3.h5", "tiny-bf16-n33.h5", "tiny-bf16-n33-one-token.h5",
                                            "tiny-fp8-n33-one-token.h5", "tiny-fp8-n47-two-alternating.h5",
-                                           "tiny-fp8-n92-period-ratio.h5", "wide-fp8-n257.h5", "wide-bf16-n129.h5"),
+                                           "tiny-fp8-n92-period-ratio.h5", "wide-fp8-n257.h5", "wide-bf16-n129.h5",
+                                           "tiny-bf16-n9.h5", "tiny-bf16-n13.h5", "tiny-bf16-n47.h5",
+                                           "tiny-bf16-n92.h5", "tiny-bf16-n17-d4.h5"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)
@@ -95,7 +97,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Planted{V41Fault::window_ring_drops_last, "tiny-fp8-n17-d4.h5", 0, "decode seed window"},
                       // The bf16 regime past wide's window: the capped top-k and the compressor given no lengths.
                       Planted{V41Fault::index_topk_capped, "wide-bf16-n129.h5", 1, "topk_idxs (forced x)"},
-                      Planted{V41Fault::compressor_without_lengths, "wide-bf16-n129.h5", 1, "latent (forced x)"}),
+                      Planted{V41Fault::compressor_without_lengths, "wide-bf16-n129.h5", 1, "latent (forced x)"},
+                      // ... and past tiny's boundaries: the capped top-k at its length, the ring after W + 1.
+                      Planted{V41Fault::index_topk_capped, "tiny-bf16-n9.h5", 3, "topk_idxs (forced x)"},
+                      Planted{V41Fault::window_ring_drops_last, "tiny-bf16-n17-d4.h5", 0, "decode seed window"}),
     [](const auto& info) {
       std::string n = std::string(v41_fault_names()[static_cast<size_t>(info.param.fault)]) + "_on_" + info.param.file;
       for (char& c : n)
