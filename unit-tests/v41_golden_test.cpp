@@ -10,6 +10,7 @@
 #include <limits>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <algorithm>
 #include <map>
 #include <set>
@@ -193,48 +194,40 @@ INSTANTIATE_TEST_SUITE_P(
 
 namespace {
 
-// A bug past the length the committed files reach passes them: index_topk hard-coded to half the config's
-// changes no selection while no row has more complete groups than the cap (v41_port_bugs_test measures the
-// length: cap + 1 groups of the finest index source, N = 5 on v41-tiny, 33 on v41-wide). The files of N = 1
-// stay below it; v41-tiny at N = 17 and v41-wide at N = 33 are past it, by one row on v41-wide (the PortBugs
-// rows above).
-TEST(V41PortBugsMissed, IndexTopkCappedPassesEveryFileBelowItsLength) {
-  for (const char* file : {"tiny-fp8-n1.h5", "tiny-bf16-n1.h5", "wide-bf16-n1.h5", "wide-fp8-n1.h5"}) {
+// Every file passes the gate with `fault` planted: the bug lives past the lengths the files reach.
+void expect_every_file_passes(std::initializer_list<const char*> files, V41Fault fault) {
+  for (const char* file : files) {
     const Loaded& l = load(file);
     V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
-    model.set_fault(V41Fault::index_topk_capped);
+    model.set_fault(fault);
     const V41Agreement a = v41_agreement(model, l.file);
     const V41TensorAgreement* f = a.first_failure();
     EXPECT_EQ(f, nullptr) << file << ": " << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
   }
 }
 
+// A bug past the length the committed files reach passes them: index_topk hard-coded to half the config's
+// changes no selection while no row has more complete groups than the cap (v41_port_bugs_test measures the
+// length: cap + 1 groups of the finest index source, N = 5 on v41-tiny, 33 on v41-wide). The files of N = 1
+// stay below it; v41-tiny at N = 17 and v41-wide at N = 33 are past it, by one row on v41-wide (the PortBugs
+// rows above).
+TEST(V41PortBugsMissed, IndexTopkCappedPassesEveryFileBelowItsLength) {
+  expect_every_file_passes({"tiny-fp8-n1.h5", "tiny-bf16-n1.h5", "wide-bf16-n1.h5", "wide-fp8-n1.h5"},
+                           V41Fault::index_topk_capped);
+}
+
 // The pooling compressor given no sequence lengths pools no group; a prompt of one token completes no group of
 // ratio 2, so a file of N = 1 passes it in both regimes (the port bug test measures N = 2 as its shortest
 // length). v41-tiny's files stand for wide's: the same plan of ratios, and wide's load costs the default tier 4 s.
 TEST(V41PortBugsMissed, CompressorWithoutLengthsPassesEveryFileOfOneToken) {
-  for (const char* file : {"tiny-fp8-n1.h5", "tiny-bf16-n1.h5"}) {
-    const Loaded& l = load(file);
-    V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
-    model.set_fault(V41Fault::compressor_without_lengths);
-    const V41Agreement f_agreement = v41_agreement(model, l.file);
-    const V41TensorAgreement* f = f_agreement.first_failure();
-    EXPECT_EQ(f, nullptr) << file << ": " << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
-  }
+  expect_every_file_passes({"tiny-fp8-n1.h5", "tiny-bf16-n1.h5"}, V41Fault::compressor_without_lengths);
 }
 
 // The index score's ReLU dropped moves no selection while every group is selected (no more than index_topk = 8
 // of them: N <= 8 on v41-tiny's ratio-1 source, 16 on its ratio-2 ones), and the gate judges selections, not the
 // scores: the files of N = 1 and 5 pass it; N = 17 fails it at layer 3 (the PortBugs row above).
 TEST(V41PortBugsMissed, IndexReluDroppedPassesEveryFileWhoseRowsSelectEveryGroup) {
-  for (const char* file : {"tiny-fp8-n1.h5", "tiny-fp8-n5.h5", "tiny-bf16-n5.h5"}) {
-    const Loaded& l = load(file);
-    V41Model model(l.checkpoint.config, l.checkpoint.weights, l.file.regime);
-    model.set_fault(V41Fault::index_relu_dropped);
-    const V41Agreement f_agreement = v41_agreement(model, l.file);
-    const V41TensorAgreement* f = f_agreement.first_failure();
-    EXPECT_EQ(f, nullptr) << file << ": " << f->pass << " layer " << f->layer << " " << f->kind << ": " << f->failure;
-  }
+  expect_every_file_passes({"tiny-fp8-n1.h5", "tiny-fp8-n5.h5", "tiny-bf16-n5.h5"}, V41Fault::index_relu_dropped);
 }
 
 // The switches of what the release leaves open (docs/v41.md §8.7) are not the official behaviour. Lower
